@@ -1,0 +1,7 @@
+"""context-stream: fold dsh session events into per-session context projections.
+
+The pure core (``contract``, ``pricing``, ``projections``, ``session``) knows nothing
+about Kafka, Faust, RocksDB or Redis; the service edges call it.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,43 @@
+"""The ``stream`` command: the service and the operator's offline tools."""
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from stream.logs.reader import LogError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from stream.cli import fold, measure, verify
+
+    parser = argparse.ArgumentParser(
+        prog="stream",
+        description="Fold dsh session events into context projections.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (fold, measure, verify):
+        module.register(commands)
+    try:
+        from stream.cli import service
+
+        service.register(commands)
+    except ImportError:  # the service edges are optional for the offline tools
+        pass
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args)
+    except LogError as error:
+        print(f"stream {args.command}: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `stream fold ... | head` is normal use
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,46 @@
+"""``stream fold``: fold session logs offline and print the updates as JSON lines."""
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from stream.logs.reader import BadLine
+from stream.logs.replay import events
+from stream.session.processor import SessionRecord, process, update
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "fold",
+        help="fold dsh session logs and print JSON lines",
+        description="Fold dsh session logs (.jsonl or .jsonl.zstd; a directory means every"
+        " log in it). Prints one line per session after its last event, or with"
+        " --every-event one line per event in input order. Faults are data: exit 0.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH")
+    parser.add_argument("--every-event", action="store_true", help="one line per event")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout.buffer
+    records: dict[str, SessionRecord] = {}
+    last_seq: dict[str, int] = {}
+    for session_id, event in events(args.paths):
+        if isinstance(event, BadLine):
+            print(f"stream fold: {event}", file=sys.stderr)
+            continue
+        record = records.get(session_id)
+        if record is None:
+            record = records[session_id] = SessionRecord.new()
+        process(record, event)
+        if args.every_event:
+            out.write(orjson.dumps(update(session_id, event.seq, record)) + b"\n")
+        else:
+            last_seq[session_id] = event.seq
+    for session_id, seq in last_seq.items():
+        out.write(orjson.dumps(update(session_id, seq, records[session_id])) + b"\n")
+    out.flush()
+    return 0

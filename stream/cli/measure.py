@@ -1,0 +1,77 @@
+"""``stream measure``: the positional X-ray of one session's surface."""
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from stream.contract.errors import ContractError
+from stream.logs.reader import BadLine
+from stream.logs.replay import events
+from stream.projections.positional import Surface
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "measure",
+        help="print each surface node and the totals (the positional X-ray)",
+        description="Fold one session log positionally and print every surface node"
+        " (seq, type, price, system) and the totals, at the end or just after event N.",
+    )
+    parser.add_argument("path", metavar="PATH")
+    parser.add_argument("--seq", type=int, metavar="N", help="stop just after event N")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    surface = Surface()
+    session = None
+    at = None
+    error = None
+    for session_id, event in events([args.path]):
+        session = session_id
+        if isinstance(event, BadLine):
+            print(f"stream measure: {event}", file=sys.stderr)
+            continue
+        if args.seq is not None and event.seq > args.seq:
+            break
+        try:
+            surface.fold(event)
+        except ContractError as failure:
+            error = {"seq": event.seq, "error": str(failure)}
+            break
+        at = event.seq
+    report: dict[str, Any] = {
+        "sessionId": session,
+        "seq": at,
+        "nodes": [
+            {"seq": n.seq, "type": n.type, "price": n.price, "system": n.system}
+            for n in surface.nodes
+        ],
+        "surfaceTokens": surface.total,
+        **surface.breakdown(),
+    }
+    if error is not None:
+        report["error"] = error
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(report) + b"\n")
+    else:
+        _print_table(report)
+    return 0
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    print(f"session {report['sessionId']}  after seq {report['seq']}")
+    print(f"{'seq':>8}  {'price':>7}  sys  type")
+    for node in report["nodes"]:
+        mark = " * " if node["system"] else "   "
+        print(f"{node['seq']:>8}  {node['price']:>7}  {mark}  {node['type']}")
+    print(f"{len(report['nodes'])} nodes, surfaceTokens {report['surfaceTokens']}")
+    print(
+        f"systemTokens {report['systemTokens']}  toolsTokens {report['toolsTokens']}"
+        f"  messageTokens {report['messageTokens']}"
+    )
+    if "error" in report:
+        print(f"stopped at seq {report['error']['seq']}: {report['error']['error']}")

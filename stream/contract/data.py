@@ -1,0 +1,149 @@
+"""Readers for the per-type ``data`` the projections use (SPEC §1).
+
+Each reader validates exactly what it returns and raises ``ContractError`` otherwise, so a
+projection that reads a field is the one that faults on it.
+"""
+
+from typing import Any, NamedTuple
+
+from stream.contract.errors import ContractError
+from stream.contract.events import Event, as_count
+
+
+class Usage(NamedTuple):
+    """One provider usage sample, in the reference's bucket order."""
+
+    uncached_input: int
+    output: int
+    cache_read: int
+    cache_write: int
+
+    @property
+    def pressure(self) -> int:
+        """Prompt-side size of the request: input plus cache traffic, no output."""
+        return self.uncached_input + self.cache_read + self.cache_write
+
+
+class Sample(NamedTuple):
+    turn: int | None
+    step: int | None
+    usage: Usage
+
+
+class Metering(NamedTuple):
+    start: int
+    end: int
+    tokens: int
+
+
+def _count(where: str, value: Any) -> int:
+    count = as_count(value)
+    if count is None:
+        raise ContractError(f"{where} must be a non-negative integer, got {value!r}")
+    return count
+
+
+def _optional_count(where: str, obj: dict[str, Any], key: str) -> int:
+    # Absent and null both mean "no such bucket" (the reference reads them with `?? 0`).
+    value = obj.get(key)
+    return 0 if value is None else _count(f"{where}.{key}", value)
+
+
+def _object(where: str, value: Any) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise ContractError(f"{where} must be an object")
+    return value
+
+
+def read_usage(where: str, raw: Any) -> Usage:
+    usage = _object(where, raw)
+    result = Usage(
+        _count(f"{where}.inputTokens", usage.get("inputTokens")),
+        _count(f"{where}.outputTokens", usage.get("outputTokens")),
+        _optional_count(where, usage, "cacheReadTokens"),
+        _optional_count(where, usage, "cacheWriteTokens"),
+    )
+    _optional_count(where, usage, "reasoningTokens")
+    return result
+
+
+def _step_id(event: Event, key: str) -> int | None:
+    if key not in event.data:
+        return None
+    return _count(f"{event.type} at seq {event.seq}: data.{key}", event.data[key])
+
+
+def usage_sample(event: Event) -> Sample | None:
+    """The usage an ``assistant/chunk`` (usage chunk) or ``assistant/message`` reports."""
+    data = event.data
+    where = f"{event.type} at seq {event.seq}"
+    if event.type == "assistant/chunk":
+        chunk = _object(f"{where}: data.chunk", data.get("chunk"))
+        if chunk.get("type") != "usage":
+            return None
+        usage = read_usage(f"{where}: chunk.usage", chunk.get("usage"))
+    elif event.type == "assistant/message" and "usage" in data:
+        usage = read_usage(f"{where}: data.usage", data["usage"])
+    else:
+        return None
+    return Sample(_step_id(event, "turn"), _step_id(event, "step"), usage)
+
+
+def context_window(event: Event) -> int | None:
+    """``request/context``'s window: absent means unknown; present must be positive."""
+    if "contextWindow" not in event.data:
+        return None
+    window = as_count(event.data["contextWindow"])
+    if window is None or window == 0:
+        raise ContractError(
+            f"request/context at seq {event.seq}: contextWindow must be a positive integer,"
+            f" got {event.data['contextWindow']!r}"
+        )
+    return window
+
+
+def envelope(event: Event) -> tuple[str | None, list[Any] | None]:
+    """``request/header``'s canonical (system, tools): empty values count as absent."""
+    where = f"request/header at seq {event.seq}"
+    header = _object(f"{where}: data.header", event.data.get("header"))
+    system = header.get("system")
+    if "system" in header and type(system) is not str:
+        raise ContractError(f"{where}: header.system must be a string")
+    tools = header.get("tools")
+    if "tools" in header and type(tools) is not list:
+        raise ContractError(f"{where}: header.tools must be an array")
+    return system or None, tools or None
+
+
+def metering(event: Event) -> Metering:
+    """The shadow price a ``compaction/*`` event arms (SPEC §3)."""
+    where = f"{event.type} at seq {event.seq}"
+    shadowed = _object(f"{where}: data.shadowedRange", event.data.get("shadowedRange"))
+    return Metering(
+        _count(f"{where}: shadowedRange.start", shadowed.get("start")),
+        _count(f"{where}: shadowedRange.end", shadowed.get("end")),
+        _count(f"{where}: shadowedTokenCount", event.data.get("shadowedTokenCount")),
+    )
+
+
+def shadowed_seqs(event: Event) -> frozenset[int]:
+    """The surface seqs a metering event shadows; absent in old logs (then: none known)."""
+    raw = event.data.get("shadowedSeqs")
+    if raw is None:
+        return frozenset()
+    if type(raw) is not list:
+        raise ContractError(f"{event.type} at seq {event.seq}: shadowedSeqs must be an array")
+    return frozenset(_count(f"{event.type} at seq {event.seq}: shadowedSeqs[]", s) for s in raw)
+
+
+def surface_message(event: Event) -> Any | None:
+    """The message a surface event puts on the surface; None for a usage-only step."""
+    data = event.data
+    if event.type == "user/message":
+        return data
+    message = data.get("message")
+    if type(message) is not dict:
+        raise ContractError(f"{event.type} at seq {event.seq}: data.message must be an object")
+    if event.type == "assistant/message" and message.get("content") == []:
+        return None
+    return message

@@ -1,0 +1,117 @@
+"""One session event, read and checked at the envelope (SPEC §1).
+
+``read_event`` separates three outcomes:
+- not an event at all (not an object, no usable ``seq``): ``Unreadable`` — dead-lettered;
+- an envelope that breaks the contract for every projection (``type``, ``time``, ``data``):
+  kept on the event as ``error``, so each projection faults at that seq;
+- a ``surfaceOp`` on the wrong type or in the wrong shape: kept as ``surface_error``, an
+  error only for the projections that fold the surface.
+Per-type ``data`` is validated later by the projection that reads it (``contract.data``).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from stream.contract.errors import Unreadable
+
+SURFACE_TYPES: Final = frozenset(
+    {"system/message", "user/message", "assistant/message", "tool/result"}
+)
+METERING_TYPES: Final = frozenset({"compaction/summary", "compaction/prune"})
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+APPEND: Final = "append"
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """A replace surface op over current nodes ``start..end`` (inclusive, surface order)."""
+
+    start: int
+    end: int
+
+
+SurfaceOp = str | Replace  # APPEND or Replace
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: str
+    seq: int
+    data: dict[str, Any]
+    op: SurfaceOp | None
+    error: str | None = None
+    surface_error: str | None = None
+
+    @property
+    def is_surface(self) -> bool:
+        return self.op is not None
+
+
+def as_count(value: Any) -> int | None:
+    """A non-negative safe integer as JS sees it (``5.0`` is the integer 5), else None."""
+    kind = type(value)
+    if kind is int:
+        return value if 0 <= value <= MAX_SAFE_INTEGER else None
+    if kind is float and value.is_integer() and 0 <= value <= MAX_SAFE_INTEGER:
+        return int(value)
+    return None
+
+
+def _is_integer(value: Any) -> bool:
+    kind = type(value)
+    return kind is int or (kind is float and value.is_integer())
+
+
+def _read_op(raw: Any) -> tuple[SurfaceOp | None, str | None]:
+    if raw == APPEND:
+        return APPEND, None
+    if type(raw) is not dict or raw.get("op") != "replace" or len(raw) != 3:
+        return None, f"carries an invalid surfaceOp {_brief(raw)}"
+    if "start" in raw and "end" in raw:  # format v0
+        start, end = as_count(raw["start"]), as_count(raw["end"])
+    elif "startSeq" in raw and "endSeq" in raw:  # format v3
+        start, end = as_count(raw["startSeq"]), as_count(raw["endSeq"])
+    else:
+        return None, f"carries an invalid replace surfaceOp {_brief(raw)}"
+    if start is None or end is None:
+        return None, f"has replace ends that are not non-negative integers: {_brief(raw)}"
+    return Replace(start, end), None
+
+
+def _brief(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_event(raw: Any) -> Event:
+    """Read one parsed JSON value as an event; raise ``Unreadable`` if it is not one."""
+    if type(raw) is not dict:
+        raise Unreadable(f"event must be a JSON object, got {type(raw).__name__}")
+    seq = as_count(raw.get("seq"))
+    if seq is None:
+        raise Unreadable(f"event has no usable seq: {_brief(raw.get('seq'))}")
+    kind = raw.get("type")
+    data = raw.get("data")
+    error = None
+    if type(kind) is not str:
+        error, kind = f"event type must be a string, got {_brief(kind)}", ""
+    elif type(data) is not dict:
+        error = f"{kind} at seq {seq}: data must be an object"
+    elif not _is_integer(raw.get("time")):
+        error = f"{kind} at seq {seq}: time must be an integer (epoch ms)"
+    if type(data) is not dict:
+        data = {}
+    op: SurfaceOp | None = None
+    surface_error = None
+    raw_op = raw.get("surfaceOp")
+    if kind in SURFACE_TYPES:
+        if raw_op is None:
+            surface_error = "has no surfaceOp"
+        else:
+            op, surface_error = _read_op(raw_op)
+    elif "surfaceOp" in raw:
+        surface_error = "is not a surface type and cannot carry surfaceOp"
+    if surface_error is not None:
+        surface_error = f"{kind} at seq {seq} {surface_error}"
+    return Event(kind, seq, data, op, error, surface_error)

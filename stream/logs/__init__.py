@@ -1,0 +1,1 @@
+"""Reading dsh session logs from disk (``.jsonl``, ``.jsonl.zstd``) — the offline edge."""

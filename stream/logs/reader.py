@@ -1,0 +1,122 @@
+"""Read dsh session logs: files or directories, plain or zstd, header or not.
+
+The session id comes from the header line, else from the file name without extensions.
+Lines that cannot be read are reported with their position and skipped: one torn line
+(a crash mid-append) must not hide the rest of a session.
+"""
+
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from stream.contract.errors import Unreadable
+from stream.contract.jsontext import loads
+from stream.contract.storage import expand, session_id_of
+
+LOG_SUFFIXES = (".jsonl", ".jsonl.zstd", ".jsonl.zst")
+
+
+class LogError(OSError):
+    """A path that cannot be read as a session log at all."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: unreadable: {self.reason}"
+
+
+def is_log(path: Path) -> bool:
+    return path.name.endswith(LOG_SUFFIXES)
+
+
+def log_files(paths: list[str]) -> list[Path]:
+    """Expand the arguments: a directory means every log in it (recursively, sorted)."""
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*") if p.is_file() and is_log(p)))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise LogError(f"{name}: no such file or directory")
+    return found
+
+
+def default_session_id(path: Path) -> str:
+    name = path.name
+    for suffix in sorted(LOG_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name.split(".", 1)[0]
+
+
+def _open(path: Path) -> IO[bytes]:
+    try:
+        raw = path.open("rb")
+    except OSError as error:
+        raise LogError(f"{path}: {error.strerror or error}") from None
+    if path.name.endswith((".zstd", ".zst")):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))  # type: ignore[arg-type]
+    return raw
+
+
+@dataclass(slots=True)
+class SessionLog:
+    """One log file, read lazily: ``events()`` yields raw event objects in order."""
+
+    path: Path
+    session_id: str
+    bad_lines: list[BadLine]
+
+    def events(self) -> Iterator[Any | BadLine]:
+        with _open(self.path) as stream:
+            try:
+                for number, line in enumerate(stream, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        value = loads(line)
+                        if number == 1 and session_id_of(value) is not None:
+                            continue
+                        yield from expand(value)
+                    except Unreadable as error:
+                        bad = BadLine(str(self.path), number, str(error))
+                        self.bad_lines.append(bad)
+                        yield bad
+            except Exception as error:  # zstd frame errors, I/O errors mid-file
+                if isinstance(error, LogError):
+                    raise
+                raise LogError(f"{self.path}: {error}") from None
+
+
+def open_log(path: Path) -> SessionLog:
+    """Open a log and read its session id from the header line (if it has one)."""
+    session_id = default_session_id(path)
+    with _open(path) as stream:
+        try:
+            first = stream.readline()
+        except Exception as error:
+            raise LogError(f"{path}: {error}") from None
+    if first.strip():
+        try:
+            found = session_id_of(loads(first))
+        except Unreadable:
+            found = None
+        if found is not None:
+            session_id = found
+    return SessionLog(path, session_id, [])
+
+
+def read_bytes(path: Path) -> int:
+    return os.stat(path).st_size

@@ -1,0 +1,33 @@
+"""Turn log files into a stream of ``(session id, event or unreadable line)``.
+
+Shared by every offline command, so ``fold``, ``measure``, ``verify`` and ``produce`` all
+read exactly the same events out of the same files.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from stream.contract.errors import Unreadable
+from stream.contract.events import Event, read_event
+from stream.logs.reader import BadLine, log_files, open_log
+
+
+def raw_events(paths: list[str]) -> Iterator[tuple[str, Path, Any]]:
+    """Every raw event object (or ``BadLine``) of every log, in file then line order."""
+    for path in log_files(paths):
+        log = open_log(path)
+        for item in log.events():
+            yield log.session_id, path, item
+
+
+def events(paths: list[str]) -> Iterator[tuple[str, Event | BadLine]]:
+    """Every event read at the envelope; unreadable ones as ``BadLine`` (never dropped)."""
+    for session_id, path, item in raw_events(paths):
+        if isinstance(item, BadLine):
+            yield session_id, item
+            continue
+        try:
+            yield session_id, read_event(item)
+        except Unreadable as error:
+            yield session_id, BadLine(str(path), 0, str(error))

@@ -1,0 +1,93 @@
+"""JavaScript string and ``JSON.stringify`` lengths, computed without JavaScript.
+
+Every length the estimator uses is a JS ``.length``: UTF-16 code units. Python strings
+count code points, so an astral character (an emoji) is 1 here and 2 in JS. A JSON
+document's length is the length of what ``JSON.stringify`` prints for the value
+``JSON.parse`` read: doubles print in JS's shortest form (``1e+21``, ``1e-7``, ``1``),
+integers beyond 2^53 lose precision first, lone surrogates are escaped as ``\\udxxx``.
+We only ever need lengths, so key order (JS hoists integer-like keys) does not matter.
+"""
+
+import re
+from json.encoder import encode_basestring  # C-accelerated; escapes like JS for lengths
+from typing import Any
+
+_MAX_SAFE = 2**53
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf16_len(text: str) -> int:
+    """JS ``text.length``."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) >> 1
+
+
+def json_string_len(text: str) -> int:
+    """Length of ``JSON.stringify(text)`` including the quotes."""
+    quoted = encode_basestring(text)
+    if text.isascii():
+        return len(quoted)
+    # Python leaves lone surrogates raw (1 unit); JS escapes them as \udxxx (6 units).
+    return utf16_len(quoted) + 5 * len(_SURROGATE.findall(text))
+
+
+def js_number(value: float | int) -> str:
+    """What JS ``String(x)`` / ``JSON.stringify(x)`` prints for a JSON number."""
+    if isinstance(value, int):
+        if -_MAX_SAFE <= value <= _MAX_SAFE:
+            return str(value)
+        value = float(value)  # JSON.parse rounds to the nearest double, as float() does
+    if value != value or value in (float("inf"), float("-inf")):
+        return "null"
+    if value == 0:
+        return "0"  # includes -0
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp_text = repr(abs(value)).partition("e")
+    int_part, _, frac = mantissa.partition(".")
+    digits = int_part + frac
+    point = len(int_part) + (int(exp_text) if exp_text else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0")
+    k, n = len(digits), point  # value = 0.digits * 10**n  (ECMA-262 Number::toString)
+    if k <= n <= 21:
+        body = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        body = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        body = "0." + "0" * -n + digits
+    else:
+        e = n - 1
+        exponent = f"e{'+' if e >= 0 else '-'}{abs(e)}"
+        body = (digits if k == 1 else digits[0] + "." + digits[1:]) + exponent
+    return sign + body
+
+
+def json_len(value: Any) -> int:
+    """Length of ``JSON.stringify(value)`` for a value parsed from JSON text."""
+    kind = type(value)
+    if kind is str:
+        return json_string_len(value)
+    if kind is dict:
+        if not value:
+            return 2
+        # braces + a colon per member + commas between members
+        total = 1 + 2 * len(value)
+        for key, item in value.items():
+            total += json_string_len(key) + json_len(item)
+        return total
+    if kind is list:
+        if not value:
+            return 2
+        total = 1 + len(value)
+        for item in value:
+            total += json_len(item)
+        return total
+    if kind is bool:
+        return 4 if value else 5
+    if value is None:
+        return 4
+    if kind is int or kind is float:
+        return len(js_number(value))
+    raise TypeError(f"not a JSON value: {kind.__name__}")

@@ -1,0 +1,74 @@
+"""contextPressure: how full the next request's context window will be (SPEC §4).
+
+The provider's last usage sample is exact but only moves when a request reports; the
+surface can change in between (a compaction shrinks it). So the state keeps a running
+surface total and stamps it when a sample arrives; ``projectedTokens`` is the sample plus
+the surface's signed movement since. The sample is stamped before the same event's own
+delta, so an ``assistant/message`` anchors against the surface its own request saw.
+"""
+
+from typing import Any, NamedTuple
+
+from stream.contract.data import context_window, metering, usage_sample
+from stream.contract.errors import ContractError
+from stream.contract.events import METERING_TYPES, Event
+from stream.projections.claim import Claim, surface_delta, surface_price
+
+
+class PressureState(NamedTuple):
+    surface: int = 0
+    window: int | None = None
+    pressure: int | None = None
+    sampled: int | None = None
+    claim: Claim | None = None
+
+
+class ContextPressure:
+    key = "contextPressure"
+    version = 1
+
+    def init(self) -> PressureState:
+        return PressureState()
+
+    def apply(self, state: PressureState, event: Event) -> PressureState:
+        if event.error is not None:
+            raise ContractError(event.error)
+        kind = event.type
+        claim = None
+        delta = 0
+        if kind in METERING_TYPES:
+            if event.surface_error is not None:
+                raise ContractError(event.surface_error)
+            claim = Claim(*metering(event))
+        elif event.op is not None or event.surface_error is not None:
+            delta = surface_delta(state.claim, event, surface_price(event))
+        window = state.window
+        if kind == "request/context":
+            window = context_window(event)
+        pressure, sampled = state.pressure, state.sampled
+        sample = usage_sample(event)
+        if sample is not None:
+            pressure, sampled = sample.usage.pressure, state.surface
+        nxt = PressureState(state.surface + delta, window, pressure, sampled, claim)
+        return state if nxt == state else nxt
+
+    def view(self, state: PressureState) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if state.window is not None:
+            out["contextWindow"] = state.window
+        if state.pressure is not None and state.sampled is not None:
+            out["pressureTokens"] = state.pressure
+            out["projectedTokens"] = max(0, state.pressure + state.surface - state.sampled)
+        return out
+
+    def encode(self, state: PressureState) -> list[Any]:
+        return [*state[:4], None if state.claim is None else list(state.claim)]
+
+    def decode(self, raw: list[Any]) -> PressureState:
+        surface, window, pressure, sampled, claim = raw
+        return PressureState(
+            surface, window, pressure, sampled, None if claim is None else Claim(*claim)
+        )
+
+
+CONTEXT_PRESSURE = ContextPressure()

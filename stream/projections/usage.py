@@ -1,0 +1,65 @@
+"""tokenUsage: running totals of provider-reported usage (SPEC §4).
+
+A usage chunk gives an early sample that survives a failed request; the final
+``assistant/message`` of the same (turn, step) then replaces that contribution instead of
+adding to it. One ``last`` slot suffices because a legal log reports one step's usage in
+adjacent samples: once a later step reports, an earlier one never does again.
+"""
+
+from typing import Any, NamedTuple
+
+from stream.contract.data import Usage, usage_sample
+from stream.contract.errors import ContractError
+from stream.contract.events import Event
+
+ZERO = Usage(0, 0, 0, 0)
+
+
+class UsageState(NamedTuple):
+    totals: Usage = ZERO
+    last: tuple[int | None, int | None, Usage] | None = None  # (turn, step, sample)
+
+
+class TokenUsage:
+    key = "tokenUsage"
+    version = 1
+
+    def init(self) -> UsageState:
+        return UsageState()
+
+    def apply(self, state: UsageState, event: Event) -> UsageState:
+        if event.error is not None:
+            raise ContractError(event.error)
+        sample = usage_sample(event)
+        if sample is None:
+            return state
+        last = state.last
+        previous = ZERO
+        if last is not None and last[0] == sample.turn and last[1] == sample.step:
+            if last[2] == sample.usage:
+                return state  # an identical repeat changes nothing
+            previous = last[2]
+        totals = Usage(*(t - p + n for t, p, n in zip(state.totals, previous, sample.usage, strict=True)))
+        return UsageState(totals, (sample.turn, sample.step, sample.usage))
+
+    def view(self, state: UsageState) -> dict[str, int]:
+        totals = state.totals
+        return {
+            "uncachedInputTokens": totals.uncached_input,
+            "outputTokens": totals.output,
+            "cacheReadTokens": totals.cache_read,
+            "cacheWriteTokens": totals.cache_write,
+        }
+
+    def encode(self, state: UsageState) -> list[Any]:
+        last = state.last
+        return [list(state.totals), None if last is None else [last[0], last[1], *last[2]]]
+
+    def decode(self, raw: list[Any]) -> UsageState:
+        totals, last = raw
+        return UsageState(
+            Usage(*totals), None if last is None else (last[0], last[1], Usage(*last[2:]))
+        )
+
+
+TOKEN_USAGE = TokenUsage()

@@ -1,0 +1,1 @@
+"""Per-session processing (SPEC §5): cursors, versions, faults, plan then commit; the row codec."""

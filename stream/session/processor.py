@@ -1,0 +1,126 @@
+"""The per-session processor (SPEC §5).
+
+Each projection keeps its own cursor (last applied seq), state version and fault. For an
+event, every projection's next state is planned first against the committed state (the
+projections are pure, so planning cannot disturb it), then all plans are committed
+together. A projection that errors is faulted at that seq: its state and cursor stay, it
+takes no later event, the others carry on. The same input always gives the same result,
+so replaying an event already applied changes nothing.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final, NamedTuple
+
+from stream.contract.errors import ContractError
+from stream.contract.events import Event
+from stream.projections.base import Projection
+from stream.projections.breakdown import CONTEXT_BREAKDOWN
+from stream.projections.pressure import CONTEXT_PRESSURE
+from stream.projections.usage import TOKEN_USAGE
+
+# Output order of the views in every update.
+PROJECTIONS: Final[tuple[Projection, ...]] = (CONTEXT_PRESSURE, CONTEXT_BREAKDOWN, TOKEN_USAGE)
+
+
+class Fault(NamedTuple):
+    seq: int
+    error: str
+
+
+@dataclass(slots=True)
+class Slot:
+    """One projection's committed position in one session."""
+
+    state: Any
+    cursor: int = -1
+    fault: Fault | None = None
+
+
+class Outcome(Enum):
+    """How one input event was accounted for; the service counts these."""
+
+    FOLDED = "folded"  # at least one projection applied it
+    DUPLICATE = "duplicate"  # already applied (or already refused) everywhere
+    FAULTED = "faulted"  # a projection faulted on it, or every projection is faulted
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """Everything kept per session: O(1) in the number of events."""
+
+    slots: list[Slot]
+    seen: int = -1  # highest seq offered, so a redelivered refused event is a duplicate
+    changed: bool = field(default=False, compare=False)  # views or faults moved (not stored)
+
+    @classmethod
+    def new(cls) -> "SessionRecord":
+        return cls([Slot(p.init()) for p in PROJECTIONS])
+
+
+def _plan(projection: Projection, slot: Slot, event: Event) -> Any:
+    """The slot's next state, a ``Fault``, or ``None`` when the event does not apply."""
+    seq = event.seq
+    if seq <= slot.cursor or slot.fault is not None:
+        return None
+    if seq != slot.cursor + 1:
+        return Fault(seq, f"gap: expected seq {slot.cursor + 1}, got {seq}")
+    try:
+        return projection.apply(slot.state, event)
+    except ContractError as error:
+        return Fault(seq, str(error))
+    except (RecursionError, ValueError, TypeError, OverflowError) as error:
+        # Hostile shapes (absurd nesting, say) must fault the projection, not the worker.
+        return Fault(seq, f"unprocessable event: {type(error).__name__}: {error}")
+
+
+def process(record: SessionRecord, event: Event) -> Outcome:
+    """Fold one event into a session record: plan every projection, then commit all."""
+    slots = record.slots
+    plans = [_plan(p, slot, event) for p, slot in zip(PROJECTIONS, slots, strict=True)]
+    applied = faulted = False
+    for slot, plan in zip(slots, plans, strict=True):
+        if plan is None:
+            continue
+        if type(plan) is Fault:
+            slot.fault = plan
+            faulted = True
+            record.changed = True
+        else:
+            if plan is not slot.state:
+                slot.state = plan
+                record.changed = True
+            slot.cursor = event.seq
+            applied = True
+    previously_seen = event.seq <= record.seen
+    if event.seq > record.seen:
+        record.seen = event.seq
+    if faulted:
+        return Outcome.FAULTED
+    if applied:
+        return Outcome.FOLDED
+    if previously_seen:
+        return Outcome.DUPLICATE
+    return Outcome.FAULTED  # new, but every projection that could take it is faulted
+
+
+def views(record: SessionRecord) -> dict[str, dict[str, int]]:
+    return {p.key: p.view(slot.state) for p, slot in zip(PROJECTIONS, record.slots, strict=True)}
+
+
+def faults(record: SessionRecord) -> dict[str, dict[str, Any]]:
+    return {
+        p.key: {"seq": slot.fault.seq, "error": slot.fault.error}
+        for p, slot in zip(PROJECTIONS, record.slots, strict=True)
+        if slot.fault is not None
+    }
+
+
+def update(session_id: str, seq: int, record: SessionRecord) -> dict[str, Any]:
+    """The published shape (SPEC §6): views in a fixed order, ``faults`` only when any."""
+    out: dict[str, Any] = {"sessionId": session_id, "seq": seq}
+    out.update(views(record))
+    found = faults(record)
+    if found:
+        out["faults"] = found
+    return out
