@@ -19,12 +19,6 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (fold, measure, verify):
         module.register(commands)
-    try:
-        from stream.cli import service
-
-        service.register(commands)
-    except ImportError:  # the service edges are optional for the offline tools
-        pass
     return parser
 
 

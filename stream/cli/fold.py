@@ -6,9 +6,10 @@ from typing import Any
 
 import orjson
 
+from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine
 from stream.logs.replay import events
-from stream.session.processor import SessionRecord, process, update
+from stream.session.processor import SessionRecord, process, process_run, update
 
 
 def register(commands: Any) -> None:
@@ -35,11 +36,19 @@ def run(args: argparse.Namespace) -> int:
         record = records.get(session_id)
         if record is None:
             record = records[session_id] = SessionRecord.new()
-        process(record, event)
-        if args.every_event:
-            out.write(orjson.dumps(update(session_id, event.seq, record)) + b"\n")
+        if isinstance(event, ChunkRun):
+            process_run(record, event.seq0, event.size)
+            seqs = range(event.seq0, event.seq0 + event.size)
         else:
-            last_seq[session_id] = event.seq
+            process(record, event)
+            seqs = range(event.seq, event.seq + 1)
+        if args.every_event:
+            line = update(session_id, 0, record)
+            for seq in seqs:
+                line["seq"] = seq
+                out.write(orjson.dumps(line) + b"\n")
+        else:
+            last_seq[session_id] = seqs[-1]
     for session_id, seq in last_seq.items():
         out.write(orjson.dumps(update(session_id, seq, records[session_id])) + b"\n")
     out.flush()

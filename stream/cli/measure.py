@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from stream.contract.errors import ContractError
+from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine
 from stream.logs.replay import events
 from stream.projections.positional import Surface
@@ -34,6 +35,12 @@ def run(args: argparse.Namespace) -> int:
         session = session_id
         if isinstance(event, BadLine):
             print(f"stream measure: {event}", file=sys.stderr)
+            continue
+        if isinstance(event, ChunkRun):  # passive deltas: no surface change
+            if args.seq is not None and event.seq0 > args.seq:
+                break
+            last = event.seq0 + event.size - 1
+            at = last if args.seq is None else min(last, args.seq)
             continue
         if args.seq is not None and event.seq > args.seq:
             break

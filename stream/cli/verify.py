@@ -14,12 +14,13 @@ import orjson
 
 from stream.contract.errors import ContractError
 from stream.contract.events import METERING_TYPES, Event, Replace
+from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine, log_files
 from stream.logs.replay import events
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.projections.positional import Surface
 from stream.session import codec
-from stream.session.processor import PROJECTIONS, SessionRecord, process
+from stream.session.processor import PROJECTIONS, SessionRecord, process, process_run
 
 _BREAKDOWN = PROJECTIONS.index(CONTEXT_BREAKDOWN)
 
@@ -92,11 +93,17 @@ def run(args: argparse.Namespace) -> int:
             state = sessions[session_id] = _Session()
             if progress:
                 progress.tick(len(sessions))
-        report.events += 1
-        _classify(report, event, state.previous)
-        state.previous = event
-        process(state.record, event)
-        if not state.surface_failed:
+        if isinstance(event, ChunkRun):  # passive deltas: views cannot move within the run
+            count = event.size
+            state.previous = None
+            process_run(state.record, event.seq0, count)
+        else:
+            count = 1
+            _classify(report, event, state.previous)
+            state.previous = event
+            process(state.record, event)
+        report.events += count
+        if not isinstance(event, ChunkRun) and not state.surface_failed:
             try:
                 state.surface.fold(event)
             except ContractError:
@@ -104,15 +111,20 @@ def run(args: argparse.Namespace) -> int:
                 report.positional_errors += 1
         slot = state.record.slots[_BREAKDOWN]
         if slot.fault is None and not state.surface_failed:
-            report.compared += 1
+            report.compared += count
             ours = CONTEXT_BREAKDOWN.view(slot.state)
             positional = state.surface.breakdown()
             if ours == positional:
-                report.agreed += 1
+                report.agreed += count
             elif len(report.first_disagreements) < 10:
+                seq = event.seq0 if isinstance(event, ChunkRun) else event.seq
                 report.first_disagreements.append(
-                    {"sessionId": session_id, "seq": event.seq, "projection": ours,
-                     "positional": positional}
+                    {
+                        "sessionId": session_id,
+                        "seq": seq,
+                        "projection": ours,
+                        "positional": positional,
+                    }
                 )
     if progress:
         progress.done()
@@ -132,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(report: Report) -> None:
-    print(f"sessions {report.sessions}, events {report.events}, unreadable lines {report.unreadable}")
+    print(
+        f"sessions {report.sessions}, events {report.events}, unreadable lines {report.unreadable}"
+    )
     print(
         f"breakdown agrees with the positional fold after {report.agreed} of"
         f" {report.compared} events compared"
@@ -149,7 +163,9 @@ def _print(report: Report) -> None:
         f" {report.max_retained_prompts} retained system prompts in one session"
     )
     for item in report.first_disagreements:
-        print(f"  {item['sessionId']} seq {item['seq']}: {item['projection']} != {item['positional']}")
+        print(
+            f"  {item['sessionId']} seq {item['seq']}: {item['projection']} != {item['positional']}"
+        )
 
 
 class _Progress:

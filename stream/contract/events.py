@@ -10,7 +10,7 @@ Per-type ``data`` is validated later by the projection that reads it (``contract
 """
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from stream.contract.errors import Unreadable
 
@@ -34,18 +34,25 @@ class Replace:
 SurfaceOp = str | Replace  # APPEND or Replace
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+# Types some projection reads. Any other type (and a non-usage chunk) is *passive*: for
+# every projection it only advances the cursor and expires an armed claim.
+READ_TYPES: Final = (
+    SURFACE_TYPES
+    | METERING_TYPES
+    | frozenset({"request/header", "request/context", "assistant/chunk", "assistant/message"})
+)
+
+
+class Event(NamedTuple):
+    """An event read at the envelope. A NamedTuple: the hot path builds one per input."""
+
     type: str
     seq: int
     data: dict[str, Any]
     op: SurfaceOp | None
     error: str | None = None
     surface_error: str | None = None
-
-    @property
-    def is_surface(self) -> bool:
-        return self.op is not None
+    passive: bool = False
 
 
 def as_count(value: Any) -> int | None:
@@ -114,4 +121,13 @@ def read_event(raw: Any) -> Event:
         surface_error = "is not a surface type and cannot carry surfaceOp"
     if surface_error is not None:
         surface_error = f"{kind} at seq {seq} {surface_error}"
-    return Event(kind, seq, data, op, error, surface_error)
+        return Event(kind, seq, data, op, error, surface_error)
+    if error is not None or op is not None:
+        return Event(kind, seq, data, op, error)
+    if kind not in READ_TYPES:
+        return Event(kind, seq, data, None, passive=True)
+    if kind == "assistant/chunk":
+        chunk = data.get("chunk")
+        if type(chunk) is dict and chunk.get("type") != "usage":
+            return Event(kind, seq, data, None, passive=True)
+    return Event(kind, seq, data, None)

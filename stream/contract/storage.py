@@ -6,7 +6,7 @@ chunk events from ``seq0``. A malformed row is corrupt storage: it is refused wh
 (``Unreadable``) rather than guessed at, since a guess would silently drop a run.
 """
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, TypeGuard
 
 from stream.contract.errors import Unreadable
 from stream.contract.events import MAX_SAFE_INTEGER
@@ -18,7 +18,7 @@ CHUNK_ROWS: Final = {
 }
 
 
-def _safe_int(value: Any) -> bool:
+def _safe_int(value: Any) -> TypeGuard[int]:
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
@@ -29,15 +29,24 @@ def session_id_of(value: Any) -> str | None:
     return None
 
 
-def expand(value: Any) -> list[Any]:
-    """One parsed storage line as the events it stands for (most lines: itself)."""
-    if type(value) is not dict:
-        return [value]
-    spec = CHUNK_ROWS.get(value.get("type"))  # type: ignore[arg-type]
-    if spec is None:
-        return [value]
-    tag = value["type"]
-    payload_key, chunk_type = spec
+class ChunkRun(NamedTuple):
+    """A validated chunk row: ``size`` passive ``assistant/chunk`` events from ``seq0``.
+
+    Delta chunks are read by no projection, so a fold can take the whole run in O(1)
+    instead of building ``size`` events; ``events()`` materialises them when needed.
+    """
+
+    seq0: int
+    size: int
+    row: dict[str, Any]
+
+    def events(self) -> list[dict[str, Any]]:
+        return _expand_row(self.row)
+
+
+def _check_row(value: dict[str, Any], tag: str) -> int:
+    """Validate a chunk row like the dsh decoder does; return its member count."""
+    payload_key, _ = CHUNK_ROWS[tag]
     seq0, time0, data = value.get("seq0"), value.get("time0"), value.get("data")
     if set(value) != {"type", "seq0", "time0", "data"}:
         raise Unreadable(f"malformed {tag} row: envelope must be exactly type/seq0/time0/data")
@@ -51,28 +60,53 @@ def expand(value: Any) -> list[Any]:
         raise Unreadable(f"malformed {tag} row: {payload_key} must be a non-empty string array")
     if type(gaps) is not list or len(gaps) != len(members) - 1 or not all(map(_safe_int, gaps)):
         raise Unreadable(f"malformed {tag} row: dt must hold {len(members) - 1} safe integers")
-    turn, step, index = data.get("turn"), data.get("step"), data.get("index")
-    if any(type(n) not in (int, float) for n in (turn, step, index)):
+    if any(type(data.get(k)) not in (int, float) for k in ("turn", "step", "index")):
         raise Unreadable(f"malformed {tag} row: turn/step/index must be numbers")
+    if tag == "tool-call-chunks" and (
+        type(data.get("id")) is not str or ("name" in data and type(data["name"]) is not str)
+    ):
+        raise Unreadable(f"malformed {tag} row: id (and name when present) must be strings")
+    return len(members)
+
+
+def _expand_row(row: dict[str, Any]) -> list[dict[str, Any]]:
+    payload_key, chunk_type = CHUNK_ROWS[row["type"]]
+    data = row["data"]
+    turn, step, index = data["turn"], data["step"], data["index"]
     events = []
-    time = time0
-    for k, member in enumerate(members):
+    time = row["time0"]
+    for k, member in enumerate(data[payload_key]):
         if k:
-            time += gaps[k - 1]
+            time += data["dt"][k - 1]
         chunk: dict[str, Any] = {"type": chunk_type, "index": index}
         if payload_key == "texts":
             chunk["text"] = member
         else:
-            chunk["id"] = data.get("id")
+            chunk["id"] = data["id"]
             if "name" in data:
                 chunk["name"] = data["name"]
             chunk["argumentsDelta"] = member
         events.append(
             {
                 "type": "assistant/chunk",
-                "seq": seq0 + k,
+                "seq": row["seq0"] + k,
                 "time": time,
                 "data": {"turn": turn, "step": step, "chunk": chunk},
             }
         )
     return events
+
+
+def decode_line(value: Any) -> Any:
+    """One parsed storage line: a ``ChunkRun`` for a chunk row, else the value itself."""
+    if type(value) is dict:
+        tag = value.get("type")
+        if tag in CHUNK_ROWS:
+            return ChunkRun(value["seq0"], _check_row(value, tag), value)
+    return value
+
+
+def expand(value: Any) -> list[Any]:
+    """One parsed storage line as the events it stands for (most lines: itself)."""
+    decoded = decode_line(value)
+    return decoded.events() if type(decoded) is ChunkRun else [decoded]

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from stream.contract.errors import Unreadable
 from stream.contract.jsontext import loads
-from stream.contract.storage import expand, session_id_of
+from stream.contract.storage import decode_line, session_id_of
 
 LOG_SUFFIXES = (".jsonl", ".jsonl.zstd", ".jsonl.zst")
 
@@ -67,7 +67,7 @@ def _open(path: Path) -> IO[bytes]:
     if path.name.endswith((".zstd", ".zst")):
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))  # type: ignore[arg-type]
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
     return raw
 
 
@@ -80,6 +80,7 @@ class SessionLog:
     bad_lines: list[BadLine]
 
     def events(self) -> Iterator[Any | BadLine]:
+        """Raw event objects, ``ChunkRun``s for packed rows, ``BadLine``s for the unreadable."""
         with _open(self.path) as stream:
             try:
                 for number, line in enumerate(stream, 1):
@@ -89,7 +90,7 @@ class SessionLog:
                         value = loads(line)
                         if number == 1 and session_id_of(value) is not None:
                             continue
-                        yield from expand(value)
+                        yield decode_line(value)
                     except Unreadable as error:
                         bad = BadLine(str(self.path), number, str(error))
                         self.bad_lines.append(bad)

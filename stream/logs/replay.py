@@ -10,6 +10,7 @@ from typing import Any
 
 from stream.contract.errors import Unreadable
 from stream.contract.events import Event, read_event
+from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine, log_files, open_log
 
 
@@ -21,10 +22,11 @@ def raw_events(paths: list[str]) -> Iterator[tuple[str, Path, Any]]:
             yield log.session_id, path, item
 
 
-def events(paths: list[str]) -> Iterator[tuple[str, Event | BadLine]]:
-    """Every event read at the envelope; unreadable ones as ``BadLine`` (never dropped)."""
+def events(paths: list[str]) -> Iterator[tuple[str, Event | ChunkRun | BadLine]]:
+    """Every event read at the envelope, packed chunk rows as ``ChunkRun`` (fold them with
+    ``process_run``), unreadable lines as ``BadLine`` (reported, never dropped)."""
     for session_id, path, item in raw_events(paths):
-        if isinstance(item, BadLine):
+        if isinstance(item, BadLine | ChunkRun):
             yield session_id, item
             continue
         try:

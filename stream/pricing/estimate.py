@@ -8,6 +8,8 @@ and pricing it anyway would publish a number nobody can reproduce.
 
 from typing import Any
 
+import orjson
+
 from stream.contract.errors import ContractError
 from stream.pricing.jslength import json_len, utf16_len
 
@@ -86,4 +88,22 @@ def price_envelope_system(system: str | None) -> int:
 
 def price_envelope_tools(tools: list[Any] | None) -> int:
     """The request envelope's tool schemas as JSON; absent (or empty) is 0."""
-    return 0 if not tools else ceil4(json_len(tools)) + BLOCK_OVERHEAD
+    if not tools:
+        return 0
+    # Harnesses re-log the same tool list on every request; pricing it walks the whole
+    # schema in Python, so memoise by its orjson text. Equal text means equal JS value
+    # (orjson prints shortest round-trip floats), hence an equal JS length.
+    try:
+        key = orjson.dumps(tools)
+    except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers beyond 64 bits
+        return ceil4(json_len(tools)) + BLOCK_OVERHEAD
+    price = _TOOLS_PRICES.get(key)
+    if price is None:
+        if len(_TOOLS_PRICES) >= _TOOLS_MEMO_SIZE:
+            _TOOLS_PRICES.clear()
+        price = _TOOLS_PRICES[key] = ceil4(json_len(tools)) + BLOCK_OVERHEAD
+    return price
+
+
+_TOOLS_MEMO_SIZE = 256
+_TOOLS_PRICES: dict[bytes, int] = {}

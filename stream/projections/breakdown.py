@@ -101,6 +101,9 @@ class ContextBreakdown:
         nxt = BreakdownState(tools, header_system, state.surface + delta, prompts, claim)
         return state if nxt == state else nxt
 
+    def passive(self, state: BreakdownState) -> BreakdownState:
+        return state if state.claim is None else state._replace(claim=None)
+
     def view(self, state: BreakdownState) -> dict[str, int]:
         for _, price in reversed(state.prompts):
             if price > 0:

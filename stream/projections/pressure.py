@@ -52,6 +52,9 @@ class ContextPressure:
         nxt = PressureState(state.surface + delta, window, pressure, sampled, claim)
         return state if nxt == state else nxt
 
+    def passive(self, state: PressureState) -> PressureState:
+        return state if state.claim is None else state._replace(claim=None)
+
     def view(self, state: PressureState) -> dict[str, int]:
         out: dict[str, int] = {}
         if state.window is not None:

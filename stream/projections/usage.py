@@ -39,8 +39,13 @@ class TokenUsage:
             if last[2] == sample.usage:
                 return state  # an identical repeat changes nothing
             previous = last[2]
-        totals = Usage(*(t - p + n for t, p, n in zip(state.totals, previous, sample.usage, strict=True)))
+        totals = Usage(
+            *(t - p + n for t, p, n in zip(state.totals, previous, sample.usage, strict=True))
+        )
         return UsageState(totals, (sample.turn, sample.step, sample.usage))
+
+    def passive(self, state: UsageState) -> UsageState:
+        return state
 
     def view(self, state: UsageState) -> dict[str, int]:
         totals = state.totals

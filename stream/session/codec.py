@@ -25,8 +25,13 @@ def encode(record: SessionRecord) -> bytes:
             ROW_FORMAT,
             record.seen,
             *(
-                [p.key, p.version, s.cursor, None if s.fault is None else list(s.fault),
-                 p.encode(s.state)]
+                [
+                    p.key,
+                    p.version,
+                    s.cursor,
+                    None if s.fault is None else list(s.fault),
+                    p.encode(s.state),
+                ]
                 for p, s in zip(PROJECTIONS, record.slots, strict=True)
             ),
         ]

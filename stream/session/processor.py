@@ -8,7 +8,7 @@ takes no later event, the others carry on. The same input always gives the same 
 so replaying an event already applied changes nothing.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
@@ -51,7 +51,6 @@ class SessionRecord:
 
     slots: list[Slot]
     seen: int = -1  # highest seq offered, so a redelivered refused event is a duplicate
-    changed: bool = field(default=False, compare=False)  # views or faults moved (not stored)
 
     @classmethod
     def new(cls) -> "SessionRecord":
@@ -65,6 +64,8 @@ def _plan(projection: Projection, slot: Slot, event: Event) -> Any:
         return None
     if seq != slot.cursor + 1:
         return Fault(seq, f"gap: expected seq {slot.cursor + 1}, got {seq}")
+    if event.passive:
+        return projection.passive(slot.state)
     try:
         return projection.apply(slot.state, event)
     except ContractError as error:
@@ -85,11 +86,8 @@ def process(record: SessionRecord, event: Event) -> Outcome:
         if type(plan) is Fault:
             slot.fault = plan
             faulted = True
-            record.changed = True
         else:
-            if plan is not slot.state:
-                slot.state = plan
-                record.changed = True
+            slot.state = plan
             slot.cursor = event.seq
             applied = True
     previously_seen = event.seq <= record.seen
@@ -102,6 +100,26 @@ def process(record: SessionRecord, event: Event) -> Outcome:
     if previously_seen:
         return Outcome.DUPLICATE
     return Outcome.FAULTED  # new, but every projection that could take it is faulted
+
+
+def process_run(record: SessionRecord, seq0: int, count: int) -> None:
+    """Fold ``count`` consecutive passive events from ``seq0`` at once (a packed chunk row).
+
+    Equivalent to ``process`` on each of them in turn: passive events change no view, so
+    per projection the run is a duplicate prefix, then one claim expiry and a cursor jump,
+    or a gap at the first event past the cursor.
+    """
+    last = seq0 + count - 1
+    for projection, slot in zip(PROJECTIONS, record.slots, strict=True):
+        if slot.fault is not None or last <= slot.cursor:
+            continue
+        if seq0 > slot.cursor + 1:
+            slot.fault = Fault(seq0, f"gap: expected seq {slot.cursor + 1}, got {seq0}")
+            continue
+        slot.state = projection.passive(slot.state)
+        slot.cursor = last
+    if last > record.seen:
+        record.seen = last
 
 
 def views(record: SessionRecord) -> dict[str, dict[str, int]]:

@@ -1,0 +1,241 @@
+"""A reproducible, realistic corpus of dsh session logs for the benchmarks.
+
+Shaped like real harness logs: every step re-logs the request envelope (a tool list of a
+few KB), streams its reply as packed chunk rows, reports usage as a chunk and again on
+the final message, and tool results carry most of the bytes. Compactions are metered
+with the exact shadow price, as current producers do.
+
+    python -m benchmarks.corpus OUT_DIR [--sessions N] [--turns T] [--seed S]
+"""
+
+import argparse
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from stream.contract.events import read_event
+from stream.projections.positional import Surface
+
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "this",
+    "are",
+    "or",
+    "from",
+    "at",
+]
+CJK = "上下文构成只保留系统提示词压缩替换计量"
+
+
+def _text(rng: random.Random, n_words: int) -> str:
+    words = [rng.choice(WORDS) for _ in range(n_words)]
+    if rng.random() < 0.2:
+        words.append("".join(rng.choice(CJK) for _ in range(rng.randint(2, 12))))
+    if rng.random() < 0.05:
+        words.append("🙂")
+    return " ".join(words)
+
+
+def _tools(rng: random.Random, count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f"tool_{i}",
+            "description": _text(rng, 40),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    f"arg{j}": {"type": "string", "description": _text(rng, 12)} for j in range(4)
+                },
+                "required": ["arg0"],
+            },
+        }
+        for i in range(count)
+    ]
+
+
+class _Writer:
+    def __init__(self, session_id: str) -> None:
+        self.rows: list[bytes] = [orjson.dumps({"type": "session", "id": session_id})]
+        self.seq = 0
+        self.time = 1_700_000_000_000
+        self.surface = Surface()
+
+    def event(self, kind: str, data: dict[str, Any], op: Any = None) -> int:
+        event: dict[str, Any] = {"type": kind, "seq": self.seq, "time": self.time, "data": data}
+        if op is not None:
+            event["surfaceOp"] = op
+        self.rows.append(orjson.dumps(event))
+        self.surface.fold(read_event(event))
+        self.seq += 1
+        self.time += 7
+        return self.seq - 1
+
+    def chunks(self, turn: int, step: int, texts: list[str]) -> None:
+        self.rows.append(
+            orjson.dumps(
+                {
+                    "type": "text-chunks",
+                    "seq0": self.seq,
+                    "time0": self.time,
+                    "data": {
+                        "turn": turn,
+                        "step": step,
+                        "index": 0,
+                        "dt": [3] * (len(texts) - 1),
+                        "texts": texts,
+                    },
+                }
+            )
+        )
+        self.seq += len(texts)
+        self.time += 3 * len(texts)
+
+
+def session(rng: random.Random, session_id: str, turns: int) -> bytes:
+    w = _Writer(session_id)
+    tools = _tools(rng, rng.randint(4, 12))
+    system = "You are a careful coding agent. " + _text(rng, 300)
+    pressure = 2000
+    for turn in range(turns):
+        w.event("turn/start", {"turn": turn})
+        w.event(
+            "user/message",
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": _text(rng, rng.randint(5, 80))}],
+                "source": "user",
+            },
+            "append",
+        )
+        for step in range(rng.randint(1, 4)):
+            w.event(
+                "request/header",
+                {
+                    "header": {
+                        "config": {"model": "deepseek-chat"},
+                        "system": system,
+                        "tools": tools,
+                    }
+                },
+            )
+            w.event("request/context", {"contextWindow": 128000})
+            w.event("step/start", {"turn": turn, "step": step})
+            deltas = [_text(rng, rng.randint(1, 3)) + " " for _ in range(rng.randint(20, 200))]
+            w.chunks(turn, step, deltas)
+            pressure += rng.randint(200, 3000)
+            usage = {
+                "inputTokens": pressure // 10,
+                "outputTokens": len(deltas) * 2,
+                "cacheReadTokens": pressure - pressure // 10,
+            }
+            w.event(
+                "assistant/chunk",
+                {"turn": turn, "step": step, "chunk": {"type": "usage", "usage": usage}},
+            )
+            content: list[dict[str, Any]] = [{"type": "text", "text": "".join(deltas)}]
+            content.append(
+                {
+                    "type": "tool-call",
+                    "id": f"c{turn}.{step}",
+                    "name": "tool_1",
+                    "arguments": orjson.dumps({"arg0": _text(rng, 8)}).decode(),
+                }
+            )
+            w.event(
+                "assistant/message",
+                {
+                    "turn": turn,
+                    "step": step,
+                    "message": {"role": "assistant", "content": content},
+                    "usage": usage,
+                },
+                "append",
+            )
+            w.event(
+                "tool/result",
+                {
+                    "message": {
+                        "role": "tool",
+                        "content": [
+                            {
+                                "type": "tool-result",
+                                "callId": f"c{turn}.{step}",
+                                "name": "tool_1",
+                                "content": [
+                                    {"type": "text", "text": _text(rng, rng.randint(50, 1500))}
+                                ],
+                            }
+                        ],
+                    }
+                },
+                "append",
+            )
+            w.event("step/end", {"turn": turn, "step": step})
+        w.event("turn/end", {"turn": turn})
+        nodes = w.surface.nodes
+        if len(nodes) > 12 and rng.random() < 0.25:  # metered compaction of an early span
+            first, last = nodes[0], nodes[rng.randint(3, len(nodes) // 2)]
+            shadowed = nodes[: nodes.index(last) + 1]
+            w.event(
+                "compaction/summary",
+                {
+                    "shadowedRange": {"start": first.seq, "end": last.seq},
+                    "shadowedTokenCount": sum(n.price for n in shadowed),
+                    "shadowedSeqs": [n.seq for n in shadowed],
+                },
+            )
+            w.event(
+                "user/message",
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Summary: " + _text(rng, 120)}],
+                    "source": "compaction",
+                },
+                {"op": "replace", "start": first.seq, "end": last.seq},
+            )
+            pressure //= 3
+    return b"\n".join(w.rows) + b"\n"
+
+
+def write_corpus(out: Path, sessions: int, turns: int, seed: int) -> list[Path]:
+    rng = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(sessions):
+        path = out / f"bench-{seed}-{i:04d}.jsonl"
+        path.write_bytes(
+            session(rng, f"bench-{seed}-{i:04d}", rng.randint(max(1, turns // 2), turns))
+        )
+        paths.append(path)
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    paths = write_corpus(args.out, args.sessions, args.turns, args.seed)
+    print(f"{len(paths)} logs, {sum(p.stat().st_size for p in paths)} bytes in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
