@@ -39,6 +39,8 @@ def encode(record: SessionRecord) -> bytes:
 
 
 def decode(row: bytes) -> SessionRecord:
+    if not isinstance(row, bytes | bytearray | memoryview):
+        raise RowError(f"stored row must be bytes, got {type(row).__name__}")
     try:
         raw: Any = orjson.loads(row)
     except orjson.JSONDecodeError as error:

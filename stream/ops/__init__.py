@@ -1,0 +1,1 @@
+"""Operator tooling at the Kafka edge (confluent-kafka): topics, producing, offsets."""
