@@ -76,7 +76,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     )
     # Faust picks a table's serializers from its key/value *types* (json unless the type
     # is a Model), ignoring the schema's; rows are our own codec bytes, so store them raw.
-    table.key_serializer = table.value_serializer = "raw"
+    table.key_serializer = table.value_serializer = "raw"  # type: ignore[attr-defined]
     totals = Counts()
     sink: RedisSink | None = None
 
