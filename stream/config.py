@@ -5,6 +5,7 @@ their settings from here, so a variable means the same thing everywhere.
 """
 
 import os
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ class Settings:
     redis_username: str | None = None
     redis_password: str | None = field(default=None, repr=False)
     generation: int = 1  # bump when rebuilding state, so rebuilt updates win in Redis
+    worker_id: str = ""  # names this worker's stats; default host-pid
+    commit_interval: float = 2.8
     batch_max: int = 2000
     batch_within: float = 0.05
     web_port: int = 6066
@@ -106,7 +109,13 @@ class Settings:
 
     @property
     def redis_stats_key(self) -> str:
+        """Hash of event counts (folded, duplicate, faulted, dead_lettered), all workers."""
         return f"{self.redis_key_prefix}stats"
+
+    @property
+    def redis_worker_stats_key(self) -> str:
+        """The same counts for this worker alone."""
+        return f"{self.redis_key_prefix}stats:{self.worker_id}"
 
     def session_key(self, session_id: str) -> str:
         """Redis key holding a session's latest update; also its pub/sub channel."""
@@ -150,6 +159,8 @@ class Settings:
             redis_username=env.get("REDIS_USERNAME") or None,
             redis_password=env.get("REDIS_PASSWORD") or None,
             generation=_int(env, "STREAM_GENERATION", cls.generation),
+            worker_id=env.get("STREAM_WORKER_ID") or f"{socket.gethostname()}-{os.getpid()}",
+            commit_interval=_float(env, "STREAM_COMMIT_INTERVAL", cls.commit_interval),
             batch_max=_int(env, "STREAM_BATCH_MAX", cls.batch_max, 1),
             batch_within=_float(env, "STREAM_BATCH_WITHIN", cls.batch_within),
             web_port=_int(env, "STREAM_WEB_PORT", cls.web_port, 1),

@@ -56,6 +56,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         web_port=settings.web_port,
         web_bind="127.0.0.1",
         producer_acks=-1,
+        broker_commit_interval=settings.commit_interval,
         stream_wait_empty=True,
     )
     raw: dict[str, Any] = {

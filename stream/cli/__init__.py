@@ -10,14 +10,14 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from stream.cli import fold, measure, service, verify
+    from stream.cli import fold, measure, service, verify, watch
 
     parser = argparse.ArgumentParser(
         prog="stream",
         description="Fold dsh session events into context projections.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (fold, measure, verify, service):
+    for module in (fold, measure, verify, service, watch):
         module.register(commands)
     return parser
 

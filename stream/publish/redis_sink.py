@@ -67,6 +67,7 @@ class RedisSink:
         for name, value in counts.items():
             if value:
                 pipe.hincrby(settings.redis_stats_key, name, value)
+                pipe.hincrby(settings.redis_worker_stats_key, name, value)
         if not written and not any(counts.values()):
             return 0
         results = await pipe.execute()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The embedded default: a local single-node Kafka and Redis, the worker, and the example
+# sessions flowing in at a readable pace; updates print as they land in Redis.
+#
+#   deploy/demo.sh            (what `make demo` runs; Ctrl-C stops everything)
+#
+# Env: DEMO_KAFKA_PORT (29092), DEMO_REDIS_PORT (26379), DEMO_RATE (events/s, 400),
+#      DEMO_SECONDS (stop after N seconds; default: run until Ctrl-C), DEMO_DIR (.state/demo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DIR=${DEMO_DIR:-$ROOT/.state/demo}
+KAFKA_PORT=${DEMO_KAFKA_PORT:-29092}
+REDIS_PORT=${DEMO_REDIS_PORT:-26379}
+RATE=${DEMO_RATE:-400}
+mkdir -p "$DIR"
+
+export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$KAFKA_PORT
+export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+export STREAM_STATE_DIR=$DIR/state
+export STREAM_PARTITIONS=${STREAM_PARTITIONS:-6}
+export STREAM_WEB_PORT=${STREAM_WEB_PORT:-26066}
+STREAM=$ROOT/.venv/bin/stream
+
+worker_pid=""
+watch_pid=""
+cleanup() {
+  trap - EXIT INT TERM
+  echo "demo: stopping" >&2
+  [ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null || true
+  if [ -n "$worker_pid" ]; then
+    kill -TERM "$worker_pid" 2>/dev/null || true   # finishes the batch, flushes, commits
+    wait "$worker_pid" 2>/dev/null || true
+  fi
+  bash deploy/redis.sh stop --dir "$DIR/redis" >/dev/null 2>&1 || true
+  bash deploy/kafka.sh stop --data-dir "$DIR/kafka" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT INT TERM
+
+echo "demo: starting Kafka on $KAFKA_BOOTSTRAP_SERVERS and Redis on $REDIS_URL (state in $DIR)" >&2
+bash deploy/kafka.sh start --port "$KAFKA_PORT" --controller-port $((KAFKA_PORT + 1)) --data-dir "$DIR/kafka" >/dev/null
+bash deploy/redis.sh start --port "$REDIS_PORT" --dir "$DIR/redis" >/dev/null
+
+echo "demo: starting the worker (log: $DIR/worker.log)" >&2
+"$STREAM" worker >"$DIR/worker.log" 2>&1 &
+worker_pid=$!
+
+"$STREAM" watch &
+watch_pid=$!
+
+# Wait for the worker to join its group before feeding it, so the first updates show.
+for _ in $(seq 1 120); do
+  grep -q "Ready" "$DIR/worker.log" 2>/dev/null && break
+  kill -0 "$worker_pid" 2>/dev/null || { echo "demo: the worker exited:" >&2; tail -n 30 "$DIR/worker.log" >&2; exit 1; }
+  sleep 0.5
+done
+
+echo "demo: producing examples/ at $RATE events/s (segments of 20 events)" >&2
+"$STREAM" produce examples --segment 20 --rate "$RATE"
+echo "demo: all example events produced; the offline fold says:" >&2
+"$STREAM" fold examples >&2
+
+if [ -n "${DEMO_SECONDS:-}" ]; then
+  sleep "$DEMO_SECONDS"
+else
+  echo "demo: running; Ctrl-C to stop. Try: redis-cli -p $REDIS_PORT hget ctx:session:example-system-prompts update" >&2
+  wait "$worker_pid"
+fi
