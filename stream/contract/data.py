@@ -43,49 +43,81 @@ def _count(where: str, value: Any) -> int:
     return count
 
 
-def _optional_count(where: str, obj: dict[str, Any], key: str) -> int:
-    # Absent and null both mean "no such bucket" (the reference reads them with `?? 0`).
-    value = obj.get(key)
-    return 0 if value is None else _count(f"{where}.{key}", value)
-
-
 def _object(where: str, value: Any) -> dict[str, Any]:
     if type(value) is not dict:
         raise ContractError(f"{where} must be an object")
     return value
 
 
-def read_usage(where: str, raw: Any) -> Usage:
-    usage = _object(where, raw)
-    result = Usage(
-        _count(f"{where}.inputTokens", usage.get("inputTokens")),
-        _count(f"{where}.outputTokens", usage.get("outputTokens")),
-        _optional_count(where, usage, "cacheReadTokens"),
-        _optional_count(where, usage, "cacheWriteTokens"),
+def read_usage(raw: Any) -> Usage | None:
+    """A valid usage object as ``Usage``, else None (see ``usage_problem``).
+
+    Runs for every sample, so it builds no error text on the way.
+    """
+    if type(raw) is not dict:
+        return None
+    read, write = raw.get("cacheReadTokens"), raw.get("cacheWriteTokens")
+    usage = Usage(
+        as_count(raw.get("inputTokens")),  # type: ignore[arg-type]
+        as_count(raw.get("outputTokens")),  # type: ignore[arg-type]
+        0 if read is None else as_count(read),  # type: ignore[arg-type]
+        0 if write is None else as_count(write),  # type: ignore[arg-type]
     )
-    _optional_count(where, usage, "reasoningTokens")
-    return result
+    reasoning = raw.get("reasoningTokens")
+    if None in usage or (reasoning is not None and as_count(reasoning) is None):
+        return None
+    return usage
+
+
+def usage_problem(where: str, raw: Any) -> ContractError:
+    """Why ``read_usage`` refused ``raw``, as the error to raise."""
+    if type(raw) is not dict:
+        return ContractError(f"{where} must be an object")
+    for key in ("inputTokens", "outputTokens"):
+        if as_count(raw.get(key)) is None:
+            return ContractError(
+                f"{where}.{key} must be a non-negative integer, got {raw.get(key)!r}"
+            )
+    for key in ("cacheReadTokens", "cacheWriteTokens", "reasoningTokens"):
+        # Absent and null both mean "no such bucket" (the reference reads them with `?? 0`).
+        if raw.get(key) is not None and as_count(raw[key]) is None:
+            return ContractError(f"{where}.{key} must be a non-negative integer, got {raw[key]!r}")
+    return ContractError(f"{where} is not a usage object")
+
+
+_ABSENT: Any = object()
 
 
 def _step_id(event: Event, key: str) -> int | None:
-    if key not in event.data:
+    value = event.data.get(key, _ABSENT)
+    if value is _ABSENT:
         return None
-    return _count(f"{event.type} at seq {event.seq}: data.{key}", event.data[key])
+    count = as_count(value)
+    if count is None:
+        raise ContractError(
+            f"{event.type} at seq {event.seq}: data.{key} must be a non-negative integer,"
+            f" got {value!r}"
+        )
+    return count
 
 
 def usage_sample(event: Event) -> Sample | None:
     """The usage an ``assistant/chunk`` (usage chunk) or ``assistant/message`` reports."""
     data = event.data
-    where = f"{event.type} at seq {event.seq}"
     if event.type == "assistant/chunk":
-        chunk = _object(f"{where}: data.chunk", data.get("chunk"))
+        chunk = data.get("chunk")
+        if type(chunk) is not dict:
+            raise ContractError(f"assistant/chunk at seq {event.seq}: data.chunk must be an object")
         if chunk.get("type") != "usage":
             return None
-        usage = read_usage(f"{where}: chunk.usage", chunk.get("usage"))
+        raw, field = chunk.get("usage"), "chunk.usage"
     elif event.type == "assistant/message" and "usage" in data:
-        usage = read_usage(f"{where}: data.usage", data["usage"])
+        raw, field = data["usage"], "data.usage"
     else:
         return None
+    usage = read_usage(raw)
+    if usage is None:
+        raise usage_problem(f"{event.type} at seq {event.seq}: {field}", raw)
     return Sample(_step_id(event, "turn"), _step_id(event, "step"), usage)
 
 

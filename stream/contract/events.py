@@ -95,6 +95,30 @@ def read_event(raw: Any) -> Event:
     """Read one parsed JSON value as an event; raise ``Unreadable`` if it is not one."""
     if type(raw) is not dict:
         raise Unreadable(f"event must be a JSON object, got {type(raw).__name__}")
+    seq = raw.get("seq")
+    kind = raw.get("type")
+    data = raw.get("data")
+    # Fast path for the common well-formed event without a surfaceOp (chunks, headers...).
+    if (
+        type(seq) is int
+        and 0 <= seq <= MAX_SAFE_INTEGER
+        and type(kind) is str
+        and type(data) is dict
+        and type(raw.get("time")) is int
+        and "surfaceOp" not in raw
+        and kind not in SURFACE_TYPES
+    ):
+        if kind not in READ_TYPES:
+            return Event(kind, seq, data, None, None, None, True)
+        if kind == "assistant/chunk":
+            chunk = data.get("chunk")
+            if type(chunk) is dict and chunk.get("type") != "usage":
+                return Event(kind, seq, data, None, None, None, True)
+        return Event(kind, seq, data, None)
+    return _read_event_slowly(raw)
+
+
+def _read_event_slowly(raw: dict[str, Any]) -> Event:
     seq = as_count(raw.get("seq"))
     if seq is None:
         raise Unreadable(f"event has no usable seq: {_brief(raw.get('seq'))}")

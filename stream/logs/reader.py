@@ -6,7 +6,6 @@ Lines that cannot be read are reported with their position and skipped: one torn
 """
 
 import io
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +116,3 @@ def open_log(path: Path) -> SessionLog:
         if found is not None:
             session_id = found
     return SessionLog(path, session_id, [])
-
-
-def read_bytes(path: Path) -> int:
-    return os.stat(path).st_size

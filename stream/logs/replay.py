@@ -25,11 +25,14 @@ def raw_events(paths: list[str]) -> Iterator[tuple[str, Path, Any]]:
 def events(paths: list[str]) -> Iterator[tuple[str, Event | ChunkRun | BadLine]]:
     """Every event read at the envelope, packed chunk rows as ``ChunkRun`` (fold them with
     ``process_run``), unreadable lines as ``BadLine`` (reported, never dropped)."""
-    for session_id, path, item in raw_events(paths):
-        if isinstance(item, BadLine | ChunkRun):
-            yield session_id, item
-            continue
-        try:
-            yield session_id, read_event(item)
-        except Unreadable as error:
-            yield session_id, BadLine(str(path), 0, str(error))
+    for path in log_files(paths):
+        log = open_log(path)
+        session_id = log.session_id
+        for item in log.events():  # one generator deep: this loop runs per event
+            if isinstance(item, BadLine | ChunkRun):
+                yield session_id, item
+                continue
+            try:
+                yield session_id, read_event(item)
+            except Unreadable as error:
+                yield session_id, BadLine(str(path), 0, str(error))

@@ -39,8 +39,12 @@ class TokenUsage:
             if last[2] == sample.usage:
                 return state  # an identical repeat changes nothing
             previous = last[2]
+        t, n = state.totals, sample.usage
         totals = Usage(
-            *(t - p + n for t, p, n in zip(state.totals, previous, sample.usage, strict=True))
+            t.uncached_input - previous.uncached_input + n.uncached_input,
+            t.output - previous.output + n.output,
+            t.cache_read - previous.cache_read + n.cache_read,
+            t.cache_write - previous.cache_write + n.cache_write,
         )
         return UsageState(totals, (sample.turn, sample.step, sample.usage))
 

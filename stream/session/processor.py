@@ -64,8 +64,6 @@ def _plan(projection: Projection, slot: Slot, event: Event) -> Any:
         return None
     if seq != slot.cursor + 1:
         return Fault(seq, f"gap: expected seq {slot.cursor + 1}, got {seq}")
-    if event.passive:
-        return projection.passive(slot.state)
     try:
         return projection.apply(slot.state, event)
     except ContractError as error:
@@ -77,6 +75,8 @@ def _plan(projection: Projection, slot: Slot, event: Event) -> Any:
 
 def process(record: SessionRecord, event: Event) -> Outcome:
     """Fold one event into a session record: plan every projection, then commit all."""
+    if event.passive:
+        return _process_passive(record, event.seq)
     slots = record.slots
     plans = [_plan(p, slot, event) for p, slot in zip(PROJECTIONS, slots, strict=True)]
     applied = faulted = False
@@ -100,6 +100,34 @@ def process(record: SessionRecord, event: Event) -> Outcome:
     if previously_seen:
         return Outcome.DUPLICATE
     return Outcome.FAULTED  # new, but every projection that could take it is faulted
+
+
+def _process_passive(record: SessionRecord, seq: int) -> Outcome:
+    """``process`` for an event no projection reads (most of a log: streamed deltas).
+
+    Its transition cannot fail and touches only the projection's own slot, so each slot
+    commits directly; the result is the same as planning all three first.
+    """
+    applied = faulted = False
+    for projection, slot in zip(PROJECTIONS, record.slots, strict=True):
+        cursor = slot.cursor
+        if seq <= cursor or slot.fault is not None:
+            continue
+        if seq != cursor + 1:
+            slot.fault = Fault(seq, f"gap: expected seq {cursor + 1}, got {seq}")
+            faulted = True
+            continue
+        slot.state = projection.passive(slot.state)
+        slot.cursor = seq
+        applied = True
+    previously_seen = seq <= record.seen
+    if not previously_seen:
+        record.seen = seq
+    if faulted:
+        return Outcome.FAULTED
+    if applied:
+        return Outcome.FOLDED
+    return Outcome.DUPLICATE if previously_seen else Outcome.FAULTED
 
 
 def process_run(record: SessionRecord, seq0: int, count: int) -> None:
