@@ -31,3 +31,5 @@ def loads(text: bytes | str) -> Any:
             return _fallback.decode(text.decode() if isinstance(text, bytes) else text)
         except (ValueError, UnicodeDecodeError):
             raise Unreadable(f"not JSON: {fast_error}") from None
+        except RecursionError:
+            raise Unreadable("not JSON we can read: nested too deeply") from None

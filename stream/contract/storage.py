@@ -6,7 +6,7 @@ chunk events from ``seq0``. A malformed row is corrupt storage: it is refused wh
 (``Unreadable``) rather than guessed at, since a guess would silently drop a run.
 """
 
-from typing import Any, Final, NamedTuple, TypeGuard
+from typing import Any, Final, NamedTuple
 
 from stream.contract.errors import Unreadable
 from stream.contract.events import MAX_SAFE_INTEGER
@@ -18,8 +18,18 @@ CHUNK_ROWS: Final = {
 }
 
 
-def _safe_int(value: Any) -> TypeGuard[int]:
-    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+def _safe_int(value: Any) -> int | None:
+    """A safe integer as JS reads it (``1.0`` is 1), else None."""
+    kind = type(value)
+    if kind is float and value.is_integer():
+        value = int(value)
+    elif kind is not int:
+        return None
+    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else None
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float)
 
 
 def session_id_of(value: Any) -> str | None:
@@ -44,29 +54,56 @@ class ChunkRun(NamedTuple):
         return _expand_row(self.row)
 
 
-def _check_row(value: dict[str, Any], tag: str) -> int:
-    """Validate a chunk row like the dsh decoder does; return its member count."""
-    payload_key, _ = CHUNK_ROWS[tag]
-    seq0, time0, data = value.get("seq0"), value.get("time0"), value.get("data")
+_TEXT_KEYS: Final = {"turn", "step", "index", "dt", "texts"}
+_TOOL_KEYS: Final = {"turn", "step", "index", "id", "dt", "args"}
+
+
+def _check_row(value: dict[str, Any], tag: str) -> dict[str, Any]:
+    """Validate a chunk row as the dsh decoder does; return it with integral numbers."""
+
+    def bad(why: str) -> Unreadable:
+        return Unreadable(f"malformed {tag} storage row: {why}")
+
     if set(value) != {"type", "seq0", "time0", "data"}:
-        raise Unreadable(f"malformed {tag} row: envelope must be exactly type/seq0/time0/data")
-    if not _safe_int(seq0) or seq0 < 0 or not _safe_int(time0):
-        raise Unreadable(f"malformed {tag} row: seq0/time0 must be safe integers")
+        raise bad("envelope must be exactly {type, seq0, time0, data}")
+    seq0, time0, data = _safe_int(value["seq0"]), _safe_int(value["time0"]), value["data"]
+    if seq0 is None or seq0 < 0:
+        raise bad("seq0 must be a non-negative safe integer")
+    if time0 is None:
+        raise bad("time0 must be a safe integer")
     if type(data) is not dict:
-        raise Unreadable(f"malformed {tag} row: data must be an object")
-    members = data.get(payload_key)
-    gaps = data.get("dt")
+        raise bad("data must be an object")
+    payload_key, _ = CHUNK_ROWS[tag]
+    keys = set(data)
+    if tag == "tool-call-chunks":
+        if keys != _TOOL_KEYS and keys != _TOOL_KEYS | {"name"}:
+            raise bad("data must be exactly {turn, step, index, id, name?, dt, args}")
+        if type(data["id"]) is not str or ("name" in data and type(data["name"]) is not str):
+            raise bad("id (and name when present) must be strings")
+    elif keys != _TEXT_KEYS:
+        raise bad("data must be exactly {turn, step, index, dt, texts}")
+    if not (_number(data["turn"]) and _number(data["step"]) and _number(data["index"])):
+        raise bad("turn/step/index must be numbers")
+    members = data[payload_key]
     if type(members) is not list or not members or any(type(m) is not str for m in members):
-        raise Unreadable(f"malformed {tag} row: {payload_key} must be a non-empty string array")
-    if type(gaps) is not list or len(gaps) != len(members) - 1 or not all(map(_safe_int, gaps)):
-        raise Unreadable(f"malformed {tag} row: dt must hold {len(members) - 1} safe integers")
-    if any(type(data.get(k)) not in (int, float) for k in ("turn", "step", "index")):
-        raise Unreadable(f"malformed {tag} row: turn/step/index must be numbers")
-    if tag == "tool-call-chunks" and (
-        type(data.get("id")) is not str or ("name" in data and type(data["name"]) is not str)
-    ):
-        raise Unreadable(f"malformed {tag} row: id (and name when present) must be strings")
-    return len(members)
+        raise bad(f"{payload_key} must be a non-empty string array")
+    gaps = data["dt"]
+    if type(gaps) is not list:
+        raise bad("dt must be an array of safe integers")
+    dt = [_safe_int(gap) for gap in gaps]
+    if None in dt:
+        raise bad("dt must be an array of safe integers")
+    if len(dt) != len(members) - 1:
+        raise bad(f"dt length {len(dt)} does not match {len(members)} members")
+    # Float arithmetic past 2^53 would silently rebuild different seqs and times.
+    if seq0 + len(members) - 1 > MAX_SAFE_INTEGER:
+        raise bad("member seqs must stay safe integers")
+    time = time0
+    for gap in dt:
+        time += gap  # type: ignore[operator]
+        if not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
+            raise bad("member times must stay safe integers")
+    return {**value, "seq0": seq0, "time0": time0, "data": {**data, "dt": dt}}
 
 
 def _expand_row(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -101,8 +138,9 @@ def decode_line(value: Any) -> Any:
     """One parsed storage line: a ``ChunkRun`` for a chunk row, else the value itself."""
     if type(value) is dict:
         tag = value.get("type")
-        if tag in CHUNK_ROWS:
-            return ChunkRun(value["seq0"], _check_row(value, tag), value)
+        if type(tag) is str and tag in CHUNK_ROWS:
+            row = _check_row(value, tag)
+            return ChunkRun(row["seq0"], len(row["data"][CHUNK_ROWS[tag][0]]), row)
     return value
 
 

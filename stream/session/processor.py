@@ -90,16 +90,7 @@ def process(record: SessionRecord, event: Event) -> Outcome:
             slot.state = plan
             slot.cursor = event.seq
             applied = True
-    previously_seen = event.seq <= record.seen
-    if event.seq > record.seen:
-        record.seen = event.seq
-    if faulted:
-        return Outcome.FAULTED
-    if applied:
-        return Outcome.FOLDED
-    if previously_seen:
-        return Outcome.DUPLICATE
-    return Outcome.FAULTED  # new, but every projection that could take it is faulted
+    return _outcome(record, event.seq, applied, faulted)
 
 
 def _process_passive(record: SessionRecord, seq: int) -> Outcome:
@@ -120,14 +111,26 @@ def _process_passive(record: SessionRecord, seq: int) -> Outcome:
         slot.state = projection.passive(slot.state)
         slot.cursor = seq
         applied = True
-    previously_seen = seq <= record.seen
-    if not previously_seen:
+    return _outcome(record, seq, applied, faulted)
+
+
+def _outcome(record: SessionRecord, seq: int, applied: bool, faulted: bool) -> Outcome:
+    """Account for an event exactly once, and move the session's high-water mark."""
+    seen = record.seen
+    if seq > seen:
         record.seen = seq
     if faulted:
         return Outcome.FAULTED
     if applied:
         return Outcome.FOLDED
-    return Outcome.DUPLICATE if previously_seen else Outcome.FAULTED
+    # Taken by no projection: a duplicate if every projection already had it (applied it,
+    # or was already refusing from its fault on); otherwise a new event a fault blocks.
+    if seq <= seen and all(
+        seq <= slot.cursor or (slot.fault is not None and slot.fault.seq <= seq)
+        for slot in record.slots
+    ):
+        return Outcome.DUPLICATE
+    return Outcome.FAULTED
 
 
 def process_run(record: SessionRecord, seq0: int, count: int) -> None:
