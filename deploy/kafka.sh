@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Single-node Apache Kafka (KRaft, no ZooKeeper) for local development and tests,
+# assembled from Maven Central jars (deploy/kafka/pom.xml) instead of the release tarball.
+#
+#   deploy/kafka.sh fetch
+#   deploy/kafka.sh start --port P --data-dir D [--controller-port C] [--foreground] [--timeout S]
+#   deploy/kafka.sh stop  --data-dir D
+#
+# `start` prints the bootstrap address (127.0.0.1:P) on stdout once the broker serves metadata;
+# everything else goes to stderr. Env: KAFKA_VERSION (default: 3.9.1, falling back to 3.9.0),
+# CONTEXT_STREAM_CACHE (default ~/.cache/context-stream), KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS, PYTHON.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(dirname "$HERE")"
+CACHE_ROOT="${CONTEXT_STREAM_CACHE:-$HOME/.cache/context-stream}"
+VERSIONS="${KAFKA_VERSION:-3.9.1 3.9.0}"   # tried in order
+DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+
+die() { echo "kafka.sh: error: $*" >&2; exit 1; }
+log() { echo "kafka.sh: $*" >&2; }
+usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+# True when something accepts TCP connections on 127.0.0.1:$1 (bash /dev/tcp, no extra tools).
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Sets LIBS to a directory holding the broker's runtime classpath, assembling it if needed.
+fetch() {
+  local v
+  for v in $VERSIONS; do   # a cached version wins: no mvn, no network
+    if [[ -f "$CACHE_ROOT/kafka-$v/libs/.complete" ]]; then
+      KAFKA_VER="$v"; LIBS="$CACHE_ROOT/kafka-$v/libs"; return 0
+    fi
+  done
+  command -v mvn >/dev/null || die "mvn not found (needed once to download Kafka jars)"
+  command -v java >/dev/null || die "java not found"
+  for v in $VERSIONS; do
+    local dest="$CACHE_ROOT/kafka-$v/libs" tmp
+    mkdir -p "$CACHE_ROOT/kafka-$v"
+    tmp="$(mktemp -d "$CACHE_ROOT/kafka-$v/libs.tmp.XXXXXX")"
+    log "assembling Kafka $v from Maven Central into $dest"
+    # Run on a copy of the POM so mvn never writes target/ into the repo. Its output is kept
+    # for errors only (Debian's mvn 3.8 emits stray ANSI codes even with -q -B).
+    cp "$HERE/kafka/pom.xml" "$tmp/pom.xml"
+    if (cd "$tmp" && mvn -q -B -Dkafka.version="$v" "$DEP_PLUGIN:copy-dependencies" \
+          -DincludeScope=runtime -DoutputDirectory="$tmp/jars" >"$tmp/mvn.log" 2>&1); then
+      rm "$tmp/pom.xml" "$tmp/mvn.log"
+      mv "$tmp/jars"/*.jar "$tmp/" && rmdir "$tmp/jars"
+      touch "$tmp/.complete"
+      # Atomic publish; if a concurrent fetch already published, keep theirs.
+      [[ -f "$dest/.complete" ]] || rm -rf "$dest"
+      mv -T "$tmp" "$dest" 2>/dev/null || rm -rf "$tmp"
+      KAFKA_VER="$v"; LIBS="$dest"; return 0
+    fi
+    grep -m1 '\[ERROR\]' "$tmp/mvn.log" | sed 's/^.*\[ERROR\]/[ERROR]/' >&2 || tail -n 20 "$tmp/mvn.log" >&2
+    rm -rf "$tmp"; rmdir "$CACHE_ROOT/kafka-$v" 2>/dev/null || true
+    log "Kafka $v could not be assembled, trying the next candidate"
+  done
+  die "could not assemble any Kafka version from: $VERSIONS"
+}
+
+# Parses --port/--data-dir/--controller-port/--foreground/--timeout into globals.
+parse_args() {
+  PORT="" DATA_DIR="" CONTROLLER_PORT="" FOREGROUND=0 TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
+  while (($#)); do
+    case "$1" in
+      --port) PORT="${2:?--port needs a value}"; shift 2 ;;
+      --data-dir) DATA_DIR="${2:?--data-dir needs a value}"; shift 2 ;;
+      --controller-port) CONTROLLER_PORT="${2:?--controller-port needs a value}"; shift 2 ;;
+      --timeout) TIMEOUT="${2:?--timeout needs a value}"; shift 2 ;;
+      --foreground) FOREGROUND=1; shift ;;
+      -h|--help) usage ;;
+      *) die "unknown argument: $1" ;;
+    esac
+  done
+  [[ -n "$DATA_DIR" ]] || die "--data-dir is required"
+  mkdir -p "$DATA_DIR"; DATA_DIR="$(cd "$DATA_DIR" && pwd)"
+  PID_FILE="$DATA_DIR/kafka.pid"; LOG_FILE="$DATA_DIR/kafka.log"
+}
+
+# Prints the pid from the pid file if that process is alive and is our broker.
+running_pid() {
+  local pid
+  [[ -f "$PID_FILE" ]] || return 1
+  pid="$(cat "$PID_FILE")"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  # Guard against pid reuse: only accept a JVM running kafka.Kafka.
+  grep -qa 'kafka\.Kafka' "/proc/$pid/cmdline" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+# Returns 0 once the broker answers a metadata request listing itself. Port-open alone is not
+# enough: the socket can be bound before the broker is unfenced and serving requests.
+broker_ready() {
+  port_open "$PORT" || return 1
+  local py="${PYTHON:-$REPO_ROOT/.venv/bin/python}"
+  [[ -x "$py" ]] && "$py" -c 'import confluent_kafka' 2>/dev/null || return 0  # no client: port is all we can check
+  "$py" - "$PORT" 2>/dev/null <<'EOF'
+import sys
+from confluent_kafka.admin import AdminClient
+md = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0}).list_topics(timeout=2)
+sys.exit(0 if md.brokers else 1)
+EOF
+}
+
+cmd_start() {
+  parse_args "$@"
+  [[ "$PORT" =~ ^[0-9]+$ ]] || die "--port is required (a free TCP port)"
+  CONTROLLER_PORT="${CONTROLLER_PORT:-$((PORT + 1))}"
+  if pid="$(running_pid)"; then die "a broker is already running from $DATA_DIR (pid $pid)"; fi
+  # Otherwise the readiness check below could be satisfied by someone else's server.
+  for p in "$PORT" "$CONTROLLER_PORT"; do
+    if port_open "$p"; then die "port $p is already in use"; fi
+  done
+  fetch
+
+  # Single node: every replication factor/ISR is 1. The internal offsets/transaction topics get
+  # 1 partition instead of 50, which cuts the first consumer-group join from ~3.5 s to ~1 s.
+  cat >"$DATA_DIR/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$DATA_DIR/kraft-logs
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+group.initial.rebalance.delay.ms=0
+EOF
+  cat >"$DATA_DIR/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.clients=WARN
+log4j.logger.kafka.request.logger=WARN
+EOF
+
+  local java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx512m -Xms256m} ${KAFKA_JVM_OPTS:-}
+    -XX:+UseG1GC -Djava.awt.headless=true
+    "-Dlog4j.configuration=file:$DATA_DIR/log4j.properties" -cp "$LIBS/*")
+
+  # Format once; meta.properties marks an already formatted log dir. The cluster id is a Kafka
+  # Uuid (16 random bytes, base64url without padding), generated here to save a JVM start.
+  if [[ ! -f "$DATA_DIR/kraft-logs/meta.properties" ]]; then
+    local cluster_id
+    cluster_id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    "${java_cmd[@]}" kafka.tools.StorageTool format --ignore-formatted \
+      -t "$cluster_id" -c "$DATA_DIR/server.properties" >>"$LOG_FILE" 2>&1 \
+      || { tail -n 30 "$LOG_FILE" >&2; die "storage format failed (log: $LOG_FILE)"; }
+  fi
+
+  log "starting Kafka $KAFKA_VER on 127.0.0.1:$PORT (controller $CONTROLLER_PORT, data $DATA_DIR)"
+  if ((FOREGROUND)); then
+    # Logs to stderr so stdout carries only the bootstrap address; we stay the parent so we can
+    # still report readiness, and forward Ctrl-C/SIGTERM to the JVM.
+    "${java_cmd[@]}" kafka.Kafka "$DATA_DIR/server.properties" >&2 &
+    echo $! >"$PID_FILE"
+    trap 'kill -TERM "$(cat "$PID_FILE")" 2>/dev/null' INT TERM
+  else
+    # setsid: detach from the caller's process group so its Ctrl-C doesn't kill the broker.
+    # The inner shell records its own pid, then execs, so the pid file holds the JVM's pid.
+    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PID_FILE" \
+      "${java_cmd[@]}" kafka.Kafka "$DATA_DIR/server.properties" >>"$LOG_FILE" 2>&1 </dev/null &
+    for _ in $(seq 1 50); do [[ -s "$PID_FILE" ]] && break; sleep 0.1; done
+  fi
+
+  local deadline=$((SECONDS + TIMEOUT))
+  until broker_ready; do
+    if ((SECONDS >= deadline)) || ! { sleep 0.2; running_pid >/dev/null; }; then
+      ((FOREGROUND)) || { log "--- last lines of $LOG_FILE ---"; tail -n 40 "$LOG_FILE" >&2; }
+      if running_pid >/dev/null; then
+        local t="$TIMEOUT"
+        cmd_stop --data-dir "$DATA_DIR"
+        die "broker not ready after ${t}s"
+      fi
+      die "broker process exited during startup"
+    fi
+  done
+  echo "127.0.0.1:$PORT"
+  if ((FOREGROUND)); then
+    wait "$(cat "$PID_FILE")" || true   # returns early on a trapped signal; then wait for the JVM
+    while running_pid >/dev/null; do sleep 0.2; done
+    rm -f "$PID_FILE"
+  fi
+}
+
+cmd_stop() {
+  parse_args "$@"
+  local pid
+  if ! pid="$(running_pid)"; then
+    log "no running broker for $DATA_DIR"; rm -f "$PID_FILE"; return 0
+  fi
+  kill -TERM "$pid"
+  # Controlled shutdown of a combined broker+controller usually takes a few seconds.
+  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "broker (pid $pid) ignored SIGTERM for 30s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PID_FILE"
+  log "stopped broker (pid $pid)"
+}
+
+case "${1:-}" in
+  fetch) fetch; log "Kafka $KAFKA_VER libs ready in $LIBS" ;;
+  start) shift; cmd_start "$@" ;;
+  stop) shift; cmd_stop "$@" ;;
+  *) usage ;;
+esac

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Private Redis instance for local development and tests (Debian's redis-server, never the
+# system service).
+#
+#   deploy/redis.sh start --port P --dir D [--foreground] [--timeout S]
+#   deploy/redis.sh stop  --dir D
+#
+# `start` prints redis://127.0.0.1:P/0 on stdout once the server answers PING; logs go to
+# D/redis.log (stderr with --foreground). Persistence is off: the instance is disposable.
+set -euo pipefail
+
+die() { echo "redis.sh: error: $*" >&2; exit 1; }
+log() { echo "redis.sh: $*" >&2; }
+usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+parse_args() {
+  PORT="" DIR="" FOREGROUND=0 TIMEOUT="${REDIS_START_TIMEOUT:-20}"
+  while (($#)); do
+    case "$1" in
+      --port) PORT="${2:?--port needs a value}"; shift 2 ;;
+      --dir) DIR="${2:?--dir needs a value}"; shift 2 ;;
+      --timeout) TIMEOUT="${2:?--timeout needs a value}"; shift 2 ;;
+      --foreground) FOREGROUND=1; shift ;;
+      -h|--help) usage ;;
+      *) die "unknown argument: $1" ;;
+    esac
+  done
+  [[ -n "$DIR" ]] || die "--dir is required"
+  mkdir -p "$DIR"; DIR="$(cd "$DIR" && pwd)"
+  PID_FILE="$DIR/redis.pid"; LOG_FILE="$DIR/redis.log"
+}
+
+# Prints the pid from the pid file if that process is alive and is a redis-server.
+running_pid() {
+  local pid
+  [[ -f "$PID_FILE" ]] || return 1
+  pid="$(cat "$PID_FILE")"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  grep -q 'redis-server' "/proc/$pid/cmdline" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+# PING over bash /dev/tcp (RESP inline command), so redis-cli is not required.
+ping_ok() {
+  local reply
+  { exec 3<>"/dev/tcp/127.0.0.1/$PORT"; } 2>/dev/null || return 1
+  printf 'PING\r\n' >&3
+  IFS= read -r -t 1 reply <&3 || reply=""
+  exec 3>&-
+  [[ "$reply" == "+PONG"* ]]
+}
+
+cmd_start() {
+  parse_args "$@"
+  [[ "$PORT" =~ ^[0-9]+$ ]] || die "--port is required (a free TCP port)"
+  if pid="$(running_pid)"; then die "redis already running from $DIR (pid $pid)"; fi
+  # Otherwise the PING check below could be answered by someone else's server.
+  if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then die "port $PORT is already in use"; fi
+  if ! command -v redis-server >/dev/null; then
+    log "redis-server not found, installing Debian's redis-server package"
+    ((EUID == 0)) || die "redis-server missing; install it: sudo apt-get install -y redis-server"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >&2 \
+      || die "apt-get install redis-server failed"
+  fi
+
+  local args=(--port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save '' --appendonly no
+    --pidfile "$PID_FILE")
+  rm -f "$PID_FILE"
+  if ((FOREGROUND)); then
+    # Stay the parent so readiness can still be reported on stdout; logs go to stderr.
+    redis-server "${args[@]}" --daemonize no --logfile '' >&2 &
+    echo $! >"$PID_FILE"
+    trap 'kill -TERM "$(cat "$PID_FILE")" 2>/dev/null' INT TERM
+  else
+    redis-server "${args[@]}" --daemonize yes --logfile "$LOG_FILE" \
+      || { tail -n 20 "$LOG_FILE" >&2 2>/dev/null || true; die "redis-server failed to start"; }
+  fi
+
+  local deadline=$((SECONDS + TIMEOUT))
+  until ping_ok; do
+    # The daemonized child writes the pid file early; a dead pid means e.g. a bind error.
+    if ((SECONDS >= deadline)) || { [[ -f "$PID_FILE" ]] && ! running_pid >/dev/null; }; then
+      if [[ -f "$LOG_FILE" ]]; then log "--- last lines of $LOG_FILE ---"; tail -n 20 "$LOG_FILE" >&2; fi
+      if pid="$(running_pid)"; then kill -TERM "$pid"; fi
+      die "redis not answering PING on port $PORT (timeout ${TIMEOUT}s or process exited)"
+    fi
+    sleep 0.1
+  done
+  echo "redis://127.0.0.1:$PORT/0"
+  if ((FOREGROUND)); then
+    wait "$(cat "$PID_FILE")" || true   # returns early on a trapped signal; then wait for exit
+    while running_pid >/dev/null; do sleep 0.1; done
+    rm -f "$PID_FILE"
+  fi
+}
+
+cmd_stop() {
+  parse_args "$@"
+  local pid
+  if ! pid="$(running_pid)"; then
+    log "no running redis for $DIR"; rm -f "$PID_FILE"; return 0
+  fi
+  kill -TERM "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "redis (pid $pid) ignored SIGTERM for 10s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PID_FILE"
+  log "stopped redis (pid $pid)"
+}
+
+case "${1:-}" in
+  start) shift; cmd_start "$@" ;;
+  stop) shift; cmd_stop "$@" ;;
+  *) usage ;;
+esac
