@@ -1,0 +1,117 @@
+"""Scenarios taken from the design seeds (shared/seeds 000, 001, 003), end to end."""
+
+from typing import Any
+
+import pytest
+
+from stream.contract.errors import ContractError
+from stream.projections.breakdown import CONTEXT_BREAKDOWN
+from stream.projections.positional import Surface
+from stream.projections.pressure import CONTEXT_PRESSURE
+from stream.session import codec
+from stream.session.processor import SessionRecord, process, views
+
+from ..builders import meter, noop, replace, system, tool_result, usage, usage_chunk, user
+
+
+def fold(projection: Any, events: list[Any]) -> Any:
+    state = projection.init()
+    for event in events:
+        state = projection.apply(state, event)
+    return state
+
+
+# --- seed 003: unpriced surface replacements fold neutrally -----------------------------------
+
+HISTORY = [user(0, "abcd" * 10), tool_result(1, "abcd" * 20), user(2, "abcd")]  # 18 + 32 + 9
+
+
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
+def test_seed_003_pre_protocol_replacement_is_neutral(projection: Any) -> None:
+    state = fold(projection, [*HISTORY, user(3, "summary", op=replace(0, 1))])
+    assert state.surface == 18 + 32 + 9  # the compacted-away span stays counted
+
+
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
+def test_seed_003_expired_claim_reaches_the_same_neutral_path(projection: Any) -> None:
+    state = fold(projection, [*HISTORY, meter(3, 0, 1, 50), noop(4),
+                              user(5, "summary", op=replace(0, 1))])
+    assert state.surface == 18 + 32 + 9
+
+
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
+def test_seed_003_mismatched_adjacent_claim_still_throws(projection: Any) -> None:
+    state = fold(projection, [*HISTORY, meter(3, 0, 1, 50)])
+    with pytest.raises(ContractError, match="has no adjacent shadow price"):
+        projection.apply(state, user(4, "summary", op=replace(0, 2)))
+
+
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
+def test_seed_003_matched_claim_prices_exactly(projection: Any) -> None:
+    state = fold(projection, [*HISTORY, meter(3, 0, 1, 50), user(4, "summary", op=replace(0, 1))])
+    assert state.surface == 18 + 32 + 9 - 50 + 10
+
+
+def test_seed_003_pressure_overestimates_only_until_the_next_sample() -> None:
+    events = [*HISTORY, usage_chunk(3, usage(1000)), user(4, "summary", op=replace(0, 1))]
+    state = fold(CONTEXT_PRESSURE, events)
+    assert CONTEXT_PRESSURE.view(state) == {"pressureTokens": 1000, "projectedTokens": 1000}
+    state = CONTEXT_PRESSURE.apply(state, usage_chunk(5, usage(600), step=1))
+    assert CONTEXT_PRESSURE.view(state) == {"pressureTokens": 600, "projectedTokens": 600}
+
+
+# --- seed 000: contextBreakdown retains only system prompts -----------------------------------
+
+
+def test_seed_000_five_surviving_prompts_in_a_long_tool_heavy_run() -> None:
+    events: list[Any] = []
+    for k in range(5):
+        events.append(system(len(events), f"System prompt number {k}."))
+        events.extend(tool_result(len(events), "output " * 10) for _ in range(400))
+    record = SessionRecord.new()
+    surface = Surface()
+    for event in events:
+        process(record, event)
+        surface.fold(event)
+    assert views(record)["contextBreakdown"] == surface.breakdown()
+    state = record.slots[1].state
+    assert len(state.prompts) == 5
+    assert len(surface.checkpoint()) == 2005  # what a per-node (version 5) state kept
+    assert len(codec.encode(record)) < 300  # version 6 keeps a handful of integers
+
+
+def test_seed_000_membership_decides_without_locating_endpoints() -> None:
+    # shadowedSeqs is authoritative: the fold never looks up non-system endpoints
+    events = [system(0, "You are terse."), user(1, "abcd"), system(2, "Be brief."),
+              user(3, "abcd"), meter(4, 1, 3, 9 + 7 + 9, shadowed=[1, 2, 3]),
+              user(5, "summary", op=replace(1, 3))]
+    state = fold(CONTEXT_BREAKDOWN, events)
+    assert state.prompts == ((0, 8),)
+    assert CONTEXT_BREAKDOWN.view(state) == {"systemTokens": 8, "toolsTokens": 0,
+                                             "messageTokens": 10}
+
+
+def test_seed_000_range_replacement_inserting_a_prompt_is_rejected() -> None:
+    state = fold(CONTEXT_BREAKDOWN, [system(0, "a"), user(1, "b"), user(2, "c")])
+    with pytest.raises(ContractError):
+        CONTEXT_BREAKDOWN.apply(state, system(3, "new", op=replace(1, 2)))
+    state = CONTEXT_BREAKDOWN.apply(state, meter(3, 1, 2, 18, shadowed=[1, 2]))
+    with pytest.raises(ContractError):
+        CONTEXT_BREAKDOWN.apply(state, system(4, "new", op=replace(1, 2)))
+
+
+# --- seed 001: plan/commit --------------------------------------------------------------------
+
+
+def test_seed_001_failed_events_leave_the_surface_uncommitted_across_retries() -> None:
+    surface = Surface()
+    for event in HISTORY:
+        surface.fold(event)
+    snapshot = (list(surface.nodes), surface.total)
+    bad = user(3, "x", op=replace(1, 7))  # valid price, unresolvable range
+    for _ in range(3):
+        with pytest.raises(ContractError):
+            surface.fold(bad)
+        assert (surface.nodes, surface.total) == snapshot
+    surface.fold(user(3, "x", op=replace(1, 2)))
+    assert [n.seq for n in surface.nodes] == [0, 3]
