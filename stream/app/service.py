@@ -107,10 +107,9 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
             key = change.session_id.encode()
             with bound(change.handle):
                 table[key] = change.row
-            if change.update is not None:
-                payload = orjson.dumps(change.update)
-                output.send_soon(key=key, value=payload)
-                updates.append((change.session_id, change.update["seq"], payload))
+            payload = orjson.dumps(change.update)
+            output.send_soon(key=key, value=payload)
+            updates.append((change.session_id, change.update["seq"], payload))
         for dead in result.dead_letters:
             dead_letters.send_soon(key=None, value=dead.value, headers=dead.headers())
             log.warning(

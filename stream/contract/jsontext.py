@@ -33,3 +33,39 @@ def loads(text: bytes | str) -> Any:
             raise Unreadable(f"not JSON: {fast_error}") from None
         except RecursionError:
             raise Unreadable("not JSON we can read: nested too deeply") from None
+
+
+def _js_float(value: float) -> str:
+    # JSON.parse read an overflowing literal as ±Infinity; 1e999 reads back the same way.
+    if value != value:
+        raise ValueError("NaN cannot come from JSON")
+    if value in (float("inf"), float("-inf")):
+        return "1e999" if value > 0 else "-1e999"
+    return float.__repr__(value)
+
+
+def _slow_dumps(value: Any) -> str:
+    encoder = json.JSONEncoder(separators=(",", ":"))
+    # The pure-Python encoder takes a float formatter; the C one cannot print Infinity as
+    # a number. Lone surrogates come out escaped (ensure_ascii), integers exact.
+    chunks = json.encoder._make_iterencode(  # type: ignore[attr-defined]
+        {},
+        encoder.default,
+        json.encoder.py_encode_basestring_ascii,
+        None,
+        _js_float,
+        ":",
+        ",",
+        False,
+        False,
+        True,
+    )
+    return "".join(chunks(value, 0))
+
+
+def dumps(value: Any) -> bytes:
+    """Serialise a value ``loads`` produced so that ``JSON.parse`` reads back the same value."""
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):  # lone surrogates, ints past 64 bits, ±inf
+        return _slow_dumps(value).encode()

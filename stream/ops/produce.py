@@ -5,17 +5,16 @@ land where Java producers would put them; idempotence keeps per-partition order 
 retries. ``segment`` packs up to N consecutive events of a session into one JSON array.
 """
 
-import json
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from confluent_kafka import Producer
 
 from stream.config import Settings
+from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine
 from stream.logs.replay import raw_events
@@ -30,13 +29,6 @@ def producer(settings: Settings, **extra: Any) -> Producer:
         "queue.buffering.max.messages": 500_000,
     }
     return Producer(conf | extra)
-
-
-def encode(value: Any) -> bytes:
-    try:
-        return orjson.dumps(value)
-    except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers beyond 64 bits
-        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def segments(paths: list[str], size: int) -> Iterator[tuple[str, list[Any]]]:
@@ -86,7 +78,7 @@ def produce(
     target = topic or settings.input_topic
     started = time.monotonic()
     for session_id, events in segments(paths, max(segment, 1)):
-        value = encode(events[0]) if segment <= 1 else encode(events)
+        value = dumps(events[0]) if segment <= 1 else dumps(events)
         while True:
             try:
                 client.produce(target, value=value, key=session_id.encode(), on_delivery=delivered)

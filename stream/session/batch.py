@@ -6,26 +6,15 @@ exactly one count — folded, duplicate, faulted or dead-lettered — so the cou
 what was produced.
 """
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import orjson
-
 from stream.contract.errors import Unreadable
 from stream.contract.events import Event, read_event
-from stream.contract.jsontext import loads
+from stream.contract.jsontext import dumps, loads
 from stream.session import codec
-from stream.session.processor import (
-    Fault,
-    Outcome,
-    SessionRecord,
-    faults,
-    process,
-    update,
-    views,
-)
+from stream.session.processor import Fault, Outcome, SessionRecord, process, update
 
 M = TypeVar("M")  # the transport's message handle (a Faust event in the worker)
 
@@ -96,7 +85,7 @@ class SessionChange(Generic[M]):
     session_id: str
     handle: M  # the last message of this session: its partition is the row's partition
     row: bytes
-    update: dict[str, Any] | None  # None: nothing a reader could see has changed
+    update: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -133,18 +122,10 @@ def decode(message: Message[Any]) -> tuple[str | None, list[Event | DeadLetter]]
         try:
             out.append(read_event(item))
         except Unreadable as error:
-            out.append(dead(_encode(item), str(error), index))
+            out.append(dead(dumps(item), str(error), index))
     if not body:
         out.append(dead(value, "empty segment: a segment must hold at least one event"))
     return session_id, out
-
-
-def _encode(item: Any) -> bytes:
-    """Re-serialise one segment element for the dead-letter topic."""
-    try:
-        return orjson.dumps(item)
-    except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers beyond 64 bits
-        return json.dumps(item).encode()
 
 
 def fold_batch(
@@ -153,14 +134,15 @@ def fold_batch(
 ) -> BatchResult[M]:
     """Fold a batch. ``load(session_id, handle)`` returns the stored row, if any.
 
-    Every session touched gets its row back once (even when every event was a duplicate:
-    a redelivery after a crash may mean the changelog missed the last write, and rewriting
-    the row repairs it). An update is published when the views or faults changed, when
-    the session is new, or on such a redelivery (the earlier publish may be lost too).
+    Every session the batch touched gets its row written and one update published, once:
+    the update carries the session's new ``seq`` even when no view moved (readers see it
+    is live, and Redis equals the offline fold line). A batch of pure duplicates still
+    rewrites and republishes: after a crash between the local write and the changelog
+    flush, that redelivery is what repairs the changelog and Redis.
     """
     result: BatchResult[M] = BatchResult()
     counts = result.counts
-    touched: dict[str, tuple[SessionRecord, Any, M, bool, bool]] = {}
+    touched: dict[str, tuple[SessionRecord, M]] = {}
     for message in messages:
         session_id, items = decode(message)
         for item in items:
@@ -170,29 +152,21 @@ def fold_batch(
                 continue
             assert session_id is not None
             entry = touched.get(session_id)
-            if entry is None:
-                stored = load(session_id, message.handle)
-                record = _restore(stored, item.seq)
-                before = (views(record), faults(record))
-                entry = (record, before, message.handle, stored is None, False)
-            record, before, _, is_new, redelivered = entry
+            record = (
+                _restore(load(session_id, message.handle), item.seq) if entry is None else entry[0]
+            )
+            touched[session_id] = (record, message.handle)
             outcome = process(record, item)
             if outcome is Outcome.FOLDED:
                 counts.folded += 1
             elif outcome is Outcome.DUPLICATE:
                 counts.duplicate += 1
-                redelivered = True
             else:
                 counts.faulted += 1
-            touched[session_id] = (record, before, message.handle, is_new, redelivered)
-    for session_id, (record, before, handle, is_new, redelivered) in touched.items():
-        changed = is_new or redelivered or before != (views(record), faults(record))
+    for session_id, (record, handle) in touched.items():
         result.sessions.append(
             SessionChange(
-                session_id,
-                handle,
-                codec.encode(record),
-                update(session_id, record.seen, record) if changed else None,
+                session_id, handle, codec.encode(record), update(session_id, record.seen, record)
             )
         )
     return result

@@ -73,3 +73,21 @@ def test_deep_nesting_with_lone_surrogate_is_parsed_or_unreadable() -> None:
     text = "[" * 5_000 + '"\\ud800"' + "]" * 5_000
     with contextlib.suppress(Unreadable):
         loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'[1e400,-1e400,"\\ud800x",123456789012345678901234567890,{"a":1.5}]',
+        b'{"a":[1,2.0,-0.0,1e21,1e-7],"b":"\\u0001\\ud83d\\ude00"}',
+        b'"\\udfff\\ud800"',
+    ],
+)
+def test_dumps_reads_back_as_the_same_value(text: bytes) -> None:
+    from stream.contract.jsontext import dumps
+    from stream.pricing.jslength import json_len
+
+    value = loads(text)
+    again = loads(dumps(value))
+    assert json_len(again) == json_len(value)
+    assert repr(again) == repr(value) or again == value
