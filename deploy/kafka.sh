@@ -153,7 +153,11 @@ EOF
   # Uuid (16 random bytes, base64url without padding), generated here to save a JVM start.
   if [[ ! -f "$DATA_DIR/kraft-logs/meta.properties" ]]; then
     local cluster_id
-    cluster_id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    # An id may begin with '-'; redraw rather than have the CLI parse it as an option.
+    cluster_id="-"
+    while [[ "$cluster_id" == -* ]]; do
+      cluster_id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    done
     "${java_cmd[@]}" kafka.tools.StorageTool format --ignore-formatted \
       -t "$cluster_id" -c "$DATA_DIR/server.properties" >>"$LOG_FILE" 2>&1 \
       || { tail -n 30 "$LOG_FILE" >&2; die "storage format failed (log: $LOG_FILE)"; }

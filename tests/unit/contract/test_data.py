@@ -108,8 +108,13 @@ def test_chunk_not_an_object(chunk: Any) -> None:
 @pytest.mark.parametrize("turn", [-1, 1.5, "0", True])
 def test_malformed_turn_or_step(turn: Any) -> None:
     with pytest.raises(ContractError):
-        usage_sample(ev("assistant/chunk", 1, {"turn": turn, "step": 0,
-                                                "chunk": {"type": "usage", "usage": usage(1)}}))
+        usage_sample(
+            ev(
+                "assistant/chunk",
+                1,
+                {"turn": turn, "step": 0, "chunk": {"type": "usage", "usage": usage(1)}},
+            )
+        )
 
 
 # --- request/context --------------------------------------------------------------------------

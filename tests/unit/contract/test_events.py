@@ -96,8 +96,9 @@ def test_integer_time_is_accepted(time: Any) -> None:
 
 def test_provenance_and_ignorable_are_ignored(ev: Callable[..., Event]) -> None:
     plain = ev("user/message", 5, {"content": []}, "append")
-    decorated = ev("user/message", 5, {"content": []}, "append", sourceEventSeqs=[1, 2],
-                   ignorable=True)
+    decorated = ev(
+        "user/message", 5, {"content": []}, "append", sourceEventSeqs=[1, 2], ignorable=True
+    )
     assert decorated == plain
 
 

@@ -43,8 +43,13 @@ TOOL_ROW = {
     "seq0": 4,
     "time0": 50,
     "data": {
-        "turn": 0, "step": 1, "index": 2, "id": "call_1", "name": "bash",
-        "dt": [1], "args": ['{"a"', ":1}"],
+        "turn": 0,
+        "step": 1,
+        "index": 2,
+        "id": "call_1",
+        "name": "bash",
+        "dt": [1],
+        "args": ['{"a"', ":1}"],
     },
 }
 TOOL_ROW_NO_NAME = {
@@ -70,19 +75,51 @@ EXPANSIONS = [
     (
         TOOL_ROW,
         [
-            chunk_event(4, 50, 0, 1, {"type": "tool-call-delta", "index": 2, "id": "call_1",
-                                      "name": "bash", "argumentsDelta": '{"a"'}),
-            chunk_event(5, 51, 0, 1, {"type": "tool-call-delta", "index": 2, "id": "call_1",
-                                      "name": "bash", "argumentsDelta": ":1}"}),
+            chunk_event(
+                4,
+                50,
+                0,
+                1,
+                {
+                    "type": "tool-call-delta",
+                    "index": 2,
+                    "id": "call_1",
+                    "name": "bash",
+                    "argumentsDelta": '{"a"',
+                },
+            ),
+            chunk_event(
+                5,
+                51,
+                0,
+                1,
+                {
+                    "type": "tool-call-delta",
+                    "index": 2,
+                    "id": "call_1",
+                    "name": "bash",
+                    "argumentsDelta": ":1}",
+                },
+            ),
         ],
     ),
     (
         TOOL_ROW_NO_NAME,  # no name in the row: no name key in the chunks
         [
-            chunk_event(4, 50, 0, 1, {"type": "tool-call-delta", "index": 2, "id": "call_1",
-                                      "argumentsDelta": "x"}),
-            chunk_event(5, 50, 0, 1, {"type": "tool-call-delta", "index": 2, "id": "call_1",
-                                      "argumentsDelta": ""}),
+            chunk_event(
+                4,
+                50,
+                0,
+                1,
+                {"type": "tool-call-delta", "index": 2, "id": "call_1", "argumentsDelta": "x"},
+            ),
+            chunk_event(
+                5,
+                50,
+                0,
+                1,
+                {"type": "tool-call-delta", "index": 2, "id": "call_1", "argumentsDelta": ""},
+            ),
         ],
     ),
 ]

@@ -135,7 +135,7 @@ def test_js_number_on_python_values(value: float, printed: str) -> None:
         ('"é中"', 4),
         ('{"a":[1,2,{"b":null}]}', 22),
         ('{"\\ud800":true}', 15),  # keys escape like values
-        ('[1.0,-0,1e21,1e-7]', 16),
+        ("[1.0,-0,1e21,1e-7]", 16),
         ('{"k":"\\"\\\\\\/"}', 13),
         ("[]", 2),
         ("{}", 2),

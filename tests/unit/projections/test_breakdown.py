@@ -133,16 +133,19 @@ def test_membership_not_position_decides_which_prompts_leave() -> None:
 
 def test_metered_replace_without_shadowed_seqs_keeps_prompts() -> None:
     # old logs: no shadowedSeqs, so no retained prompt is known to be shadowed
-    events = [system(0, TERSE), user(1, "abcd"), meter(2, 1, 1, 9),
-              user(3, "ab", op=replace(1, 1))]
+    events = [system(0, TERSE), user(1, "abcd"), meter(2, 1, 1, 9), user(3, "ab", op=replace(1, 1))]
     state = fold(events)
     assert state.prompts == ((0, 8),)
     assert B.view(state) == bd(8, 0, 9)  # surface 8 + 9 - 9 + 9 ("ab" prices 9)
 
 
 def test_shadowed_seqs_naming_no_retained_prompt_is_harmless() -> None:
-    events = [system(0, TERSE), user(1, "abcd"), meter(2, 1, 1, 9, shadowed=[1, 99]),
-              user(3, "ab", op=replace(1, 1, v3=True))]
+    events = [
+        system(0, TERSE),
+        user(1, "abcd"),
+        meter(2, 1, 1, 9, shadowed=[1, 99]),
+        user(3, "ab", op=replace(1, 1, v3=True)),
+    ]
     assert fold(events).prompts == ((0, 8),)
 
 
@@ -187,8 +190,9 @@ def test_unmetered_system_rewrite_of_the_last_prompt_changes_system_tokens() -> 
 
 
 def test_unmetered_rewrite_to_an_empty_prompt() -> None:
-    state = fold([header(0, LONG), system(1, TERSE), user(2, "abcd"),
-                  system(3, "", op=replace(1, 1))])
+    state = fold(
+        [header(0, LONG), system(1, TERSE), user(2, "abcd"), system(3, "", op=replace(1, 1))]
+    )
     assert state.prompts == ((3, 0),)
     assert B.view(state) == bd(11, 0, 9)  # no positive prompt: envelope and raw surface
 
@@ -228,8 +232,14 @@ def test_unmetered_system_replace_over_anything_else_is_an_error(op: Any) -> Non
 
 
 def test_unmetered_system_replace_of_an_already_removed_prompt_is_an_error() -> None:
-    state = fold([system(0, TERSE), user(1, "abcd"), meter(2, 0, 1, 17, shadowed=[0, 1]),
-                  user(3, "abcd", op=replace(0, 1))])
+    state = fold(
+        [
+            system(0, TERSE),
+            user(1, "abcd"),
+            meter(2, 0, 1, 17, shadowed=[0, 1]),
+            user(3, "abcd", op=replace(0, 1)),
+        ]
+    )
     assert state.prompts == ()
     with pytest.raises(ContractError):
         B.apply(state, system(4, "x", op=replace(0, 0)))
@@ -272,8 +282,12 @@ def test_message_tokens_floored_at_zero_with_a_prompt() -> None:
 
 
 def test_message_tokens_unfloored_without_a_prompt() -> None:
-    events = [header(0, TERSE), user(1, "abcd"), meter(2, 1, 1, 100, shadowed=[1]),
-              user(3, "", op=replace(1, 1))]
+    events = [
+        header(0, TERSE),
+        user(1, "abcd"),
+        meter(2, 1, 1, 100, shadowed=[1]),
+        user(3, "", op=replace(1, 1)),
+    ]
     assert B.view(fold(events)) == bd(8, 0, 9 - 100 + 8)
 
 
@@ -282,8 +296,11 @@ def test_message_tokens_unfloored_without_a_prompt() -> None:
 
 def test_non_surface_events_change_nothing() -> None:
     state = fold([system(0, TERSE), user(1, "abcd")])
-    for event in [noop(2), usage_chunk(3, usage(5)), ev("request/context", 4,
-                                                           {"contextWindow": 10})]:
+    for event in [
+        noop(2),
+        usage_chunk(3, usage(5)),
+        ev("request/context", 4, {"contextWindow": 10}),
+    ]:
         assert B.apply(state, event) is state
 
 
@@ -298,14 +315,32 @@ def test_non_surface_events_change_nothing() -> None:
         ev("request/header", 0, {"header": {"tools": {}}}),
         ev("request/header", 0, {}),
         ev("request/header", 0, {"header": {}}, "append"),
-        ev("compaction/summary", 0, {"shadowedRange": {"start": 0, "end": 0},
-                                     "shadowedTokenCount": 1, "shadowedSeqs": 0}),
-        ev("compaction/summary", 0, {"shadowedRange": {"start": 0, "end": 0},
-                                     "shadowedTokenCount": 1, "shadowedSeqs": [-1]}),
-        ev("tool/result", 0, {"message": {"content": [{"type": "tool-call", "name": "x"}]}},
-           "append"),
-        ev("user/message", 0, {"content": [{"type": "tool-call", "name": "x",
-                                            "arguments": {"a": 1}}]}, "append"),
+        ev(
+            "compaction/summary",
+            0,
+            {"shadowedRange": {"start": 0, "end": 0}, "shadowedTokenCount": 1, "shadowedSeqs": 0},
+        ),
+        ev(
+            "compaction/summary",
+            0,
+            {
+                "shadowedRange": {"start": 0, "end": 0},
+                "shadowedTokenCount": 1,
+                "shadowedSeqs": [-1],
+            },
+        ),
+        ev(
+            "tool/result",
+            0,
+            {"message": {"content": [{"type": "tool-call", "name": "x"}]}},
+            "append",
+        ),
+        ev(
+            "user/message",
+            0,
+            {"content": [{"type": "tool-call", "name": "x", "arguments": {"a": 1}}]},
+            "append",
+        ),
         ev("turn/start", 0, [], None),
     ],
 )
@@ -315,8 +350,15 @@ def test_malformed_events_are_contract_errors(event: Any) -> None:
 
 
 def test_codec_round_trip() -> None:
-    state = fold([header(0, TERSE, TOOLS), system(1, LONG), user(2, "abcd"), system(3, ""),
-                  meter(4, 1, 2, 20, shadowed=[1, 2])])
+    state = fold(
+        [
+            header(0, TERSE, TOOLS),
+            system(1, LONG),
+            user(2, "abcd"),
+            system(3, ""),
+            meter(4, 1, 2, 20, shadowed=[1, 2]),
+        ]
+    )
     assert state.claim is not None
     assert state.claim.prompts == (1,)
     assert B.decode(B.encode(state)) == state

@@ -67,12 +67,18 @@ def test_surface_delta(claim: Claim | None, event: Any, delta: int) -> None:
 @pytest.mark.parametrize(
     ("claim", "op", "message"),
     [
-        (Claim(1, 3, 40), replace(1, 4), "over range 1-4 has no adjacent shadow price"
-                                         " (armed claim covers 1-3)"),
+        (
+            Claim(1, 3, 40),
+            replace(1, 4),
+            "over range 1-4 has no adjacent shadow price (armed claim covers 1-3)",
+        ),
         (Claim(1, 3, 40), replace(0, 3), "(armed claim covers 1-3)"),
         (Claim(1, 3, 40), replace(3, 1), "over range 3-1"),
-        (Claim(7, 7, 2), replace(8, 8, v3=True), "replace at seq 9 over range 8-8 has no"
-                                                 " adjacent shadow price (armed claim covers 7-7)"),
+        (
+            Claim(7, 7, 2),
+            replace(8, 8, v3=True),
+            "replace at seq 9 over range 8-8 has no adjacent shadow price (armed claim covers 7-7)",
+        ),
     ],
 )
 def test_claim_over_another_range_is_an_error(claim: Claim, op: Any, message: str) -> None:
@@ -101,8 +107,11 @@ PREFIX = [user(0, "abcd"), user(1, "abcd" * 3), assistant(2, "abcd" * 5)]  # 9 +
 def test_metered_replace_applies_the_claim(projection: Any, kind: str, v3: bool) -> None:
     state = fold(
         projection,
-        [*PREFIX, meter(3, 1, 2, 24, kind=kind, shadowed=[1, 2]),
-         user(4, "abcd", op=replace(1, 2, v3))],
+        [
+            *PREFIX,
+            meter(3, 1, 2, 24, kind=kind, shadowed=[1, 2]),
+            user(4, "abcd", op=replace(1, 2, v3)),
+        ],
     )
     assert surface_of(projection, state) == 33 - 24 + 9
     assert state.claim is None  # consumed
@@ -133,8 +142,9 @@ def test_any_other_event_expires_the_claim(projection: Any, between: Any) -> Non
 
 @pytest.mark.parametrize("projection", SURFACE_PROJECTIONS, ids=lambda p: p.key)
 def test_another_metering_event_replaces_the_claim(projection: Any) -> None:
-    state = fold(projection, [*PREFIX, meter(3, 0, 0, 9, shadowed=[0]),
-                              meter(4, 1, 2, 24, shadowed=[1, 2])])
+    state = fold(
+        projection, [*PREFIX, meter(3, 0, 0, 9, shadowed=[0]), meter(4, 1, 2, 24, shadowed=[1, 2])]
+    )
     assert (state.claim.start, state.claim.end, state.claim.tokens) == (1, 2, 24)
     with pytest.raises(ContractError, match=r"armed claim covers 1-2"):
         projection.apply(state, user(5, "abcd", op=replace(0, 0)))

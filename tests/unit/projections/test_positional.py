@@ -20,21 +20,33 @@ def folded(*events: object) -> Surface:
 def test_appends_keep_surface_order() -> None:
     surface = folded(system(0, TERSE), user(1, "abcd"), assistant(2, "abcd"), tool_result(3, "a"))
     assert [(n.seq, n.price, n.system) for n in surface.nodes] == [
-        (0, 8, True), (1, 9, False), (2, 9, False), (3, 13, False)
+        (0, 8, True),
+        (1, 9, False),
+        (2, 9, False),
+        (3, 13, False),
     ]
     assert surface.total == 8 + 9 + 9 + 13
 
 
 def test_replace_splices_the_range_by_seq() -> None:
-    surface = folded(user(0, "a"), user(1, "abcd" * 3), user(2, "abcd" * 5), user(3, "a"),
-                     user(4, "abcd", op=replace(1, 2)))
+    surface = folded(
+        user(0, "a"),
+        user(1, "abcd" * 3),
+        user(2, "abcd" * 5),
+        user(3, "a"),
+        user(4, "abcd", op=replace(1, 2)),
+    )
     assert [n.seq for n in surface.nodes] == [0, 4, 3]
     assert surface.total == 9 + 9 + 9
 
 
 def test_replace_of_a_replacement_node() -> None:
-    surface = folded(user(0, "a"), user(1, "b"), user(2, "ab", op=replace(0, 1)),
-                     user(3, "abcd" * 2, op=replace(2, 2, v3=True)))
+    surface = folded(
+        user(0, "a"),
+        user(1, "b"),
+        user(2, "ab", op=replace(0, 1)),
+        user(3, "abcd" * 2, op=replace(2, 2, v3=True)),
+    )
     assert [n.seq for n in surface.nodes] == [3]
     assert surface.total == 10
 

@@ -103,8 +103,12 @@ def test_malformed_context_window(window: Any) -> None:
         ),
         # everything together
         (
-            [context(0, 1000), user(1, "abcd"), usage_chunk(2, usage(500, 7, 0, 0)),
-             tool_result(3, "abcd")],
+            [
+                context(0, 1000),
+                user(1, "abcd"),
+                usage_chunk(2, usage(500, 7, 0, 0)),
+                tool_result(3, "abcd"),
+            ],
             {"contextWindow": 1000, "pressureTokens": 500, "projectedTokens": 513},
         ),
     ],
@@ -156,8 +160,11 @@ def test_unmetered_system_prompt_rewrite_is_neutral_here() -> None:
 
 def test_header_and_unknown_events_change_nothing() -> None:
     state = fold([user(0, "abcd"), usage_chunk(1, usage(10))])
-    for event in [header(2, "system prompt", [{"name": "t"}]), noop(3),
-                  ev("x/y", 4, {"usage": usage(99)})]:
+    for event in [
+        header(2, "system prompt", [{"name": "t"}]),
+        noop(3),
+        ev("x/y", 4, {"usage": usage(99)}),
+    ]:
         assert P.apply(state, event) is state
 
 
@@ -184,11 +191,18 @@ def test_unchanged_state_is_the_same_object() -> None:
         ev("user/message", 0, {"content": []}, {"op": "replace", "start": 0}),
         ev("user/message", 0, {"content": "abcd"}, "append"),  # content not a list
         ev("user/message", 0, {"content": [{"type": "text", "text": 5}]}, "append"),
-        ev("compaction/summary", 0, {"shadowedRange": {"start": 0, "end": 0},
-                                     "shadowedTokenCount": -1}),
+        ev(
+            "compaction/summary",
+            0,
+            {"shadowedRange": {"start": 0, "end": 0}, "shadowedTokenCount": -1},
+        ),
         ev("compaction/prune", 0, {"shadowedRange": {"start": 0, "end": 0}}),
-        ev("compaction/prune", 0, {"shadowedRange": {"start": 0, "end": 0},
-                                   "shadowedTokenCount": 1}, "append"),
+        ev(
+            "compaction/prune",
+            0,
+            {"shadowedRange": {"start": 0, "end": 0}, "shadowedTokenCount": 1},
+            "append",
+        ),
         ev("request/context", 0, None),  # data not an object
     ],
 )

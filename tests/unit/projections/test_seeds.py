@@ -34,8 +34,9 @@ def test_seed_003_pre_protocol_replacement_is_neutral(projection: Any) -> None:
 
 @pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
 def test_seed_003_expired_claim_reaches_the_same_neutral_path(projection: Any) -> None:
-    state = fold(projection, [*HISTORY, meter(3, 0, 1, 50), noop(4),
-                              user(5, "summary", op=replace(0, 1))])
+    state = fold(
+        projection, [*HISTORY, meter(3, 0, 1, 50), noop(4), user(5, "summary", op=replace(0, 1))]
+    )
     assert state.surface == 18 + 32 + 9
 
 
@@ -82,13 +83,21 @@ def test_seed_000_five_surviving_prompts_in_a_long_tool_heavy_run() -> None:
 
 def test_seed_000_membership_decides_without_locating_endpoints() -> None:
     # shadowedSeqs is authoritative: the fold never looks up non-system endpoints
-    events = [system(0, "You are terse."), user(1, "abcd"), system(2, "Be brief."),
-              user(3, "abcd"), meter(4, 1, 3, 9 + 7 + 9, shadowed=[1, 2, 3]),
-              user(5, "summary", op=replace(1, 3))]
+    events = [
+        system(0, "You are terse."),
+        user(1, "abcd"),
+        system(2, "Be brief."),
+        user(3, "abcd"),
+        meter(4, 1, 3, 9 + 7 + 9, shadowed=[1, 2, 3]),
+        user(5, "summary", op=replace(1, 3)),
+    ]
     state = fold(CONTEXT_BREAKDOWN, events)
     assert state.prompts == ((0, 8),)
-    assert CONTEXT_BREAKDOWN.view(state) == {"systemTokens": 8, "toolsTokens": 0,
-                                             "messageTokens": 10}
+    assert CONTEXT_BREAKDOWN.view(state) == {
+        "systemTokens": 8,
+        "toolsTokens": 0,
+        "messageTokens": 10,
+    }
 
 
 def test_seed_000_range_replacement_inserting_a_prompt_is_rejected() -> None:

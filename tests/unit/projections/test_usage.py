@@ -41,53 +41,73 @@ def test_key_and_initial_view() -> None:
         ([assistant(0, usage=usage(10, 2), turn=0, step=0)], totals(10, 2)),  # usage-only step
         # chunk then final message of the same (turn, step): the message replaces the chunk
         (
-            [usage_chunk(0, usage(10, 2), turn=1, step=0),
-             assistant(1, "x", usage=usage(12, 5, 1), turn=1, step=0)],
+            [
+                usage_chunk(0, usage(10, 2), turn=1, step=0),
+                assistant(1, "x", usage=usage(12, 5, 1), turn=1, step=0),
+            ],
             totals(12, 5, 1),
         ),
         # a new step adds
         (
-            [usage_chunk(0, usage(10, 2), turn=1, step=0),
-             usage_chunk(1, usage(20, 3), turn=1, step=1)],
+            [
+                usage_chunk(0, usage(10, 2), turn=1, step=0),
+                usage_chunk(1, usage(20, 3), turn=1, step=1),
+            ],
             totals(30, 5),
         ),
         # a new turn adds
         (
-            [usage_chunk(0, usage(10, 2), turn=1, step=0),
-             usage_chunk(1, usage(20, 3), turn=2, step=0)],
+            [
+                usage_chunk(0, usage(10, 2), turn=1, step=0),
+                usage_chunk(1, usage(20, 3), turn=2, step=0),
+            ],
             totals(30, 5),
         ),
         # identical repeat: no change
         (
-            [usage_chunk(0, usage(10, 2), turn=1, step=0),
-             assistant(1, "x", usage=usage(10, 2), turn=1, step=0)],
+            [
+                usage_chunk(0, usage(10, 2), turn=1, step=0),
+                assistant(1, "x", usage=usage(10, 2), turn=1, step=0),
+            ],
             totals(10, 2),
         ),
         # replace, then a new step, then the new step's final message replaces only it
         (
-            [usage_chunk(0, usage(10, 2), turn=0, step=0),
-             assistant(1, "x", usage=usage(11, 2), turn=0, step=0),
-             usage_chunk(2, usage(5, 1, 100), turn=0, step=1),
-             assistant(3, "y", usage=usage(6, 1, 100, 7), turn=0, step=1)],
+            [
+                usage_chunk(0, usage(10, 2), turn=0, step=0),
+                assistant(1, "x", usage=usage(11, 2), turn=0, step=0),
+                usage_chunk(2, usage(5, 1, 100), turn=0, step=1),
+                assistant(3, "y", usage=usage(6, 1, 100, 7), turn=0, step=1),
+            ],
             totals(17, 3, 100, 7),
         ),
         # only the previous sample is replaced: returning to an older step adds again
         (
-            [usage_chunk(0, usage(10), turn=0, step=0),
-             usage_chunk(1, usage(20), turn=0, step=1),
-             usage_chunk(2, usage(30), turn=0, step=0)],
+            [
+                usage_chunk(0, usage(10), turn=0, step=0),
+                usage_chunk(1, usage(20), turn=0, step=1),
+                usage_chunk(2, usage(30), turn=0, step=0),
+            ],
             totals(60, 0),
         ),
         # a replacement may lower the totals (the final figure is what counts)
         (
-            [usage_chunk(0, usage(100, 9), turn=0, step=0),
-             usage_chunk(1, usage(40, 1), turn=0, step=0)],
+            [
+                usage_chunk(0, usage(100, 9), turn=0, step=0),
+                usage_chunk(1, usage(40, 1), turn=0, step=0),
+            ],
             totals(40, 1),
         ),
         # events without usage are ignored
         (
-            [user(0, "abcd"), text_chunk(1), assistant(2, "x"), noop(3), meter(4, 0, 0, 9),
-             user(5, "x", op=replace(0, 0))],
+            [
+                user(0, "abcd"),
+                text_chunk(1),
+                assistant(2, "x"),
+                noop(3),
+                meter(4, 0, 0, 9),
+                user(5, "x", op=replace(0, 0)),
+            ],
             totals(0, 0),
         ),
     ],
@@ -104,8 +124,12 @@ def test_identical_repeat_returns_the_same_state() -> None:
 
 def test_missing_cache_buckets_equal_explicit_zeros() -> None:
     state = fold([usage_chunk(0, usage(10, 2), turn=1, step=0)])
-    explicit = {"inputTokens": 10, "outputTokens": 2, "cacheReadTokens": 0,
-                "cacheWriteTokens": None}
+    explicit = {
+        "inputTokens": 10,
+        "outputTokens": 2,
+        "cacheReadTokens": 0,
+        "cacheWriteTokens": None,
+    }
     assert U.apply(state, usage_chunk(1, explicit, turn=1, step=0)) is state
 
 

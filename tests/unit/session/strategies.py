@@ -87,8 +87,12 @@ class LogBuilder:
         return len(self.events)
 
     def emit(self, kind: str, data: Any, op: Any = None, **extra: Any) -> None:
-        event: dict[str, Any] = {"type": kind, "seq": self.seq, "time": 1_000 + self.seq,
-                                 "data": data}
+        event: dict[str, Any] = {
+            "type": kind,
+            "seq": self.seq,
+            "time": 1_000 + self.seq,
+            "data": data,
+        }
         if op is not None:
             event["surfaceOp"] = op
         event.update(extra)
@@ -115,14 +119,25 @@ def surface_payload(draw: st.DrawFn, kind: str) -> Any:
         return {"message": {"role": "tool", "content": [result]}}
     data: dict[str, Any] = {"message": {"role": "assistant", "content": draw(contents())}}
     if draw(st.booleans()):
-        data.update(usage=draw(usages()), turn=draw(st.integers(0, 3)),
-                    step=draw(st.integers(0, 3)))
+        data.update(
+            usage=draw(usages()), turn=draw(st.integers(0, 3)), step=draw(st.integers(0, 3))
+        )
     return data
 
 
 ACTIONS = [
-    "user", "assistant", "tool", "system", "header", "context", "usage_chunk",
-    "text_chunk", "usage_only", "noop", "metered", "rewrite",
+    "user",
+    "assistant",
+    "tool",
+    "system",
+    "header",
+    "context",
+    "usage_chunk",
+    "text_chunk",
+    "usage_only",
+    "noop",
+    "metered",
+    "rewrite",
 ]
 
 
@@ -137,21 +152,34 @@ def session_logs(draw: st.DrawFn, max_actions: int = 30, systems: bool = True) -
     for _ in range(draw(st.integers(1, max_actions))):
         action = draw(st.sampled_from(actions))
         if action in ("user", "assistant", "tool"):
-            kind = {"user": "user/message", "assistant": "assistant/message",
-                    "tool": "tool/result"}[action]
+            kind = {
+                "user": "user/message",
+                "assistant": "assistant/message",
+                "tool": "tool/result",
+            }[action]
             log.emit(kind, draw(surface_payload(kind)), "append")
         elif action == "system":
             content = draw(st.lists(blocks(False), max_size=2))
-            log.emit("system/message", {"message": {"role": "system", "content": content}},
-                     "append")
+            log.emit(
+                "system/message", {"message": {"role": "system", "content": content}}, "append"
+            )
         elif action == "header":
             head: dict[str, Any] = {"config": {"model": "m"}}
             if draw(st.booleans()):
                 head["system"] = draw(texts)
             if draw(st.booleans()):
-                head["tools"] = draw(st.lists(st.fixed_dictionaries(
-                    {"name": st.text(max_size=10), "description": texts,
-                     "parameters": st.just({"type": "object", "n": 1.0})}), max_size=3))
+                head["tools"] = draw(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {
+                                "name": st.text(max_size=10),
+                                "description": texts,
+                                "parameters": st.just({"type": "object", "n": 1.0}),
+                            }
+                        ),
+                        max_size=3,
+                    )
+                )
             log.emit("request/header", {"header": head})
         elif action == "context":
             window = draw(st.one_of(st.none(), st.integers(1, 2_000_000)))
@@ -164,9 +192,16 @@ def session_logs(draw: st.DrawFn, max_actions: int = 30, systems: bool = True) -
             chunk = {"type": "text-delta", "index": 0, "text": draw(texts)}
             log.emit("assistant/chunk", {"turn": log.turn, "step": log.step, "chunk": chunk})
         elif action == "usage_only":
-            log.emit("assistant/message",
-                     {"message": {"role": "assistant", "content": []}, "usage": draw(usages()),
-                      "turn": log.turn, "step": log.step}, "append")
+            log.emit(
+                "assistant/message",
+                {
+                    "message": {"role": "assistant", "content": []},
+                    "usage": draw(usages()),
+                    "turn": log.turn,
+                    "step": log.step,
+                },
+                "append",
+            )
         elif action == "noop":
             kind = draw(st.sampled_from(["turn/start", "turn/end", "session/note", "x/y"]))
             extra = {"ignorable": True} if draw(st.booleans()) else {}
@@ -194,8 +229,7 @@ def session_logs(draw: st.DrawFn, max_actions: int = 30, systems: bool = True) -
             op = _op(draw, seq, seq)
             if draw(st.integers(0, 3)):
                 content = draw(st.lists(blocks(False), max_size=2))
-                log.emit("system/message", {"message": {"role": "system", "content": content}},
-                         op)
+                log.emit("system/message", {"message": {"role": "system", "content": content}}, op)
             else:  # any other replacement removes it
                 kind = draw(st.sampled_from(["user/message", "tool/result"]))
                 log.emit(kind, draw(surface_payload(kind)), op)
@@ -216,28 +250,60 @@ def bad_events(draw: st.DrawFn, seq: int) -> list[Any]:
     """Events, from ``seq`` on, whose last one breaks the contract for some projection."""
     base = {"seq": seq, "time": 5}
     user = {"role": "user", "content": [{"type": "text", "text": "abcd"}]}
-    choice = draw(st.sampled_from([
-        "gap", "usage_null", "usage_negative", "window_zero", "no_surface_op",
-        "surface_op_on_other", "replace_extra_key", "replace_missing_key", "content_not_list",
-        "text_not_string", "data_not_object", "seqs_not_array", "negative_count",
-        "claim_mismatch", "system_over_other", "count_float", "count_bool",
-    ]))
+    choice = draw(
+        st.sampled_from(
+            [
+                "gap",
+                "usage_null",
+                "usage_negative",
+                "window_zero",
+                "no_surface_op",
+                "surface_op_on_other",
+                "replace_extra_key",
+                "replace_missing_key",
+                "content_not_list",
+                "text_not_string",
+                "data_not_object",
+                "seqs_not_array",
+                "negative_count",
+                "claim_mismatch",
+                "system_over_other",
+                "count_float",
+                "count_bool",
+            ]
+        )
+    )
     if choice == "gap":
-        return [{**base, "seq": seq + draw(st.integers(1, 5)), "type": "user/message",
-                 "data": user, "surfaceOp": "append"}]
+        return [
+            {
+                **base,
+                "seq": seq + draw(st.integers(1, 5)),
+                "type": "user/message",
+                "data": user,
+                "surfaceOp": "append",
+            }
+        ]
     if choice in ("usage_null", "usage_negative", "count_float", "count_bool"):
-        bad = {"usage_null": None,
-               "usage_negative": {"inputTokens": -1, "outputTokens": 0},
-               "count_float": {"inputTokens": 1.5, "outputTokens": 0},
-               "count_bool": {"inputTokens": 1, "outputTokens": True}}[choice]
-        return [{**base, "type": "assistant/chunk",
-                 "data": {"turn": 0, "step": 0, "chunk": {"type": "usage", "usage": bad}}}]
+        bad = {
+            "usage_null": None,
+            "usage_negative": {"inputTokens": -1, "outputTokens": 0},
+            "count_float": {"inputTokens": 1.5, "outputTokens": 0},
+            "count_bool": {"inputTokens": 1, "outputTokens": True},
+        }[choice]
+        return [
+            {
+                **base,
+                "type": "assistant/chunk",
+                "data": {"turn": 0, "step": 0, "chunk": {"type": "usage", "usage": bad}},
+            }
+        ]
     if choice == "window_zero":
         window = draw(st.sampled_from([0, -1, -100]))
         return [{**base, "type": "request/context", "data": {"contextWindow": window}}]
     if choice == "no_surface_op":
-        kind = draw(st.sampled_from(["user/message", "assistant/message", "tool/result",
-                                     "system/message"]))
+        kind = draw(
+            st.sampled_from(["user/message", "assistant/message", "tool/result", "system/message"])
+        )
         return [{**base, "type": kind, "data": {"message": user, **user}}]
     if choice == "surface_op_on_other":
         kind = draw(st.sampled_from(["request/header", "assistant/chunk", "x/unknown"]))
@@ -249,29 +315,53 @@ def bad_events(draw: st.DrawFn, seq: int) -> list[Any]:
         op = {"op": "replace", "startSeq": 0}
         return [{**base, "type": "user/message", "data": user, "surfaceOp": op}]
     if choice == "content_not_list":
-        return [{**base, "type": "user/message", "data": {"content": "abcd"},
-                 "surfaceOp": "append"}]
+        return [
+            {**base, "type": "user/message", "data": {"content": "abcd"}, "surfaceOp": "append"}
+        ]
     if choice == "text_not_string":
-        block = draw(st.sampled_from([{"type": "text", "text": 5},
-                                      {"type": "tool-call", "name": None, "arguments": ""},
-                                      {"type": "tool-call", "name": "x", "arguments": {}}]))
-        return [{**base, "type": "user/message", "data": {"content": [block]},
-                 "surfaceOp": "append"}]
+        block = draw(
+            st.sampled_from(
+                [
+                    {"type": "text", "text": 5},
+                    {"type": "tool-call", "name": None, "arguments": ""},
+                    {"type": "tool-call", "name": "x", "arguments": {}},
+                ]
+            )
+        )
+        return [
+            {**base, "type": "user/message", "data": {"content": [block]}, "surfaceOp": "append"}
+        ]
     if choice == "data_not_object":
-        return [{**base, "type": "user/message", "data": draw(st.sampled_from([None, [], "x"])),
-                 "surfaceOp": "append"}]
+        return [
+            {
+                **base,
+                "type": "user/message",
+                "data": draw(st.sampled_from([None, [], "x"])),
+                "surfaceOp": "append",
+            }
+        ]
     meter = {"shadowedRange": {"start": 0, "end": 0}, "shadowedTokenCount": 3}
     if choice == "seqs_not_array":
         return [{**base, "type": "compaction/prune", "data": {**meter, "shadowedSeqs": "0"}}]
     if choice == "negative_count":
-        return [{**base, "type": "compaction/summary",
-                 "data": {**meter, "shadowedTokenCount": -3}}]
+        return [{**base, "type": "compaction/summary", "data": {**meter, "shadowedTokenCount": -3}}]
     if choice == "claim_mismatch":
         return [
             {**base, "type": "compaction/summary", "data": {**meter, "shadowedSeqs": [0]}},
-            {**base, "seq": seq + 1, "type": "user/message", "data": user,
-             "surfaceOp": {"op": "replace", "start": 0, "end": 10_000}},
+            {
+                **base,
+                "seq": seq + 1,
+                "type": "user/message",
+                "data": user,
+                "surfaceOp": {"op": "replace", "start": 0, "end": 10_000},
+            },
         ]
     # system_over_other: an unmetered system/message over something not a retained prompt
-    return [{**base, "type": "system/message", "data": {"message": user},
-             "surfaceOp": {"op": "replace", "start": 10_000, "end": 10_000}}]
+    return [
+        {
+            **base,
+            "type": "system/message",
+            "data": {"message": user},
+            "surfaceOp": {"op": "replace", "start": 10_000, "end": 10_000},
+        }
+    ]

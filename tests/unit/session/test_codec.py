@@ -90,9 +90,7 @@ def test_row_layout() -> None:
     raw = orjson.loads(codec.encode(record))
     assert raw[0] == codec.ROW_FORMAT
     assert raw[1] == record.seen == 1
-    assert [entry[:4] for entry in raw[2:]] == [
-        [p.key, p.version, 1, None] for p in PROJECTIONS
-    ]
+    assert [entry[:4] for entry in raw[2:]] == [[p.key, p.version, 1, None] for p in PROJECTIONS]
 
 
 # --- version bumps ------------------------------------------------------------------------------

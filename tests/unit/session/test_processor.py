@@ -76,8 +76,12 @@ def test_fresh_record(record: SessionRecord) -> None:
     assert views(record) == {
         "contextPressure": {},
         "contextBreakdown": {"systemTokens": 0, "toolsTokens": 0, "messageTokens": 0},
-        "tokenUsage": {"uncachedInputTokens": 0, "outputTokens": 0, "cacheReadTokens": 0,
-                       "cacheWriteTokens": 0},
+        "tokenUsage": {
+            "uncachedInputTokens": 0,
+            "outputTokens": 0,
+            "cacheReadTokens": 0,
+            "cacheWriteTokens": 0,
+        },
     }
 
 
@@ -90,12 +94,19 @@ def test_folding_a_log() -> None:
     assert faults(record) == {}
     assert views(record) == {
         # both samples were stamped at surface 8 + 9; then 9 + 12 joined
-        "contextPressure": {"contextWindow": 128_000, "pressureTokens": 100,
-                            "projectedTokens": 100 + 9 + 12},
+        "contextPressure": {
+            "contextWindow": 128_000,
+            "pressureTokens": 100,
+            "projectedTokens": 100 + 9 + 12,
+        },
         # [{"name":"bash"}] is 17 chars: 5 + 4
         "contextBreakdown": {"systemTokens": 8, "toolsTokens": 9, "messageTokens": 9 + 9 + 12},
-        "tokenUsage": {"uncachedInputTokens": 100, "outputTokens": 7, "cacheReadTokens": 0,
-                       "cacheWriteTokens": 0},
+        "tokenUsage": {
+            "uncachedInputTokens": 100,
+            "outputTokens": 7,
+            "cacheReadTokens": 0,
+            "cacheWriteTokens": 0,
+        },
     }
 
 
@@ -135,8 +146,9 @@ def test_gap_faults_every_projection_and_keeps_their_state() -> None:
         cursor, fault, state = slot_row(record, i)[2:]
         assert [cursor, state] == [before[i][0], before[i][2]]
         assert fault == [5, "gap: expected seq 3, got 5"]
-    assert faults(record) == {key: {"seq": 5, "error": "gap: expected seq 3, got 5"}
-                              for key in KEYS}
+    assert faults(record) == {
+        key: {"seq": 5, "error": "gap: expected seq 3, got 5"} for key in KEYS
+    }
 
 
 def test_later_events_do_not_apply_after_a_gap() -> None:
@@ -175,18 +187,27 @@ FAULTS = [
     (ev("user/message", 7, {"content": []}), {PRESSURE, BREAKDOWN}, "has no surfaceOp"),
     (ev("request/context", 7, {}, "append"), {PRESSURE, BREAKDOWN}, "cannot carry surfaceOp"),
     (ev("mystery/type", 7, {}, "append"), {PRESSURE, BREAKDOWN}, "cannot carry surfaceOp"),
-    (ev("user/message", 7, {"content": []}, {"op": "replace", "start": 1, "end": 2, "x": 3}),
-     {PRESSURE, BREAKDOWN}, "invalid surfaceOp"),
+    (
+        ev("user/message", 7, {"content": []}, {"op": "replace", "start": 1, "end": 2, "x": 3}),
+        {PRESSURE, BREAKDOWN},
+        "invalid surfaceOp",
+    ),
     (ev("user/message", 7, {"content": "abcd"}, "append"), {PRESSURE, BREAKDOWN}, "list"),
-    (ev("tool/result", 7, {"message": {"content": [{"type": "tool-call", "name": 1,
-                                                   "arguments": ""}]}}, "append"),
-     {PRESSURE, BREAKDOWN}, "name must be a string"),
+    (
+        ev(
+            "tool/result",
+            7,
+            {"message": {"content": [{"type": "tool-call", "name": 1, "arguments": ""}]}},
+            "append",
+        ),
+        {PRESSURE, BREAKDOWN},
+        "name must be a string",
+    ),
     (meter(7, 3, 3, 9, shadowed="3"), {BREAKDOWN}, "shadowedSeqs must be an array"),
     (meter(7, 3, 3, -9), {PRESSURE, BREAKDOWN}, "shadowedTokenCount"),
     (header(7, system=5), {BREAKDOWN}, "header.system must be a string"),
     (system(7, "x", op=replace(3, 3)), {BREAKDOWN}, "not exactly one retained system prompt"),
-    (ev("user/message", 7, None, "append"), {PRESSURE, BREAKDOWN, USAGE},
-     "data must be an object"),
+    (ev("user/message", 7, None, "append"), {PRESSURE, BREAKDOWN, USAGE}, "data must be an object"),
     (ev("turn/start", 7, {}, time=None), {PRESSURE, BREAKDOWN, USAGE}, "time"),
 ]
 
@@ -297,7 +318,9 @@ def test_passive_and_full_paths_agree() -> None:
 # --- packed chunk runs ------------------------------------------------------------------------
 
 ROW = {
-    "type": "text-chunks", "seq0": 8, "time0": 0,
+    "type": "text-chunks",
+    "seq0": 8,
+    "time0": 0,
     "data": {"turn": 0, "step": 0, "index": 0, "dt": [1, 1, 1], "texts": ["a", "b", "c", "d"]},
 }
 

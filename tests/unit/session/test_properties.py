@@ -83,8 +83,7 @@ def test_an_error_commits_nothing_and_repeats_identically(log: list[Any], data: 
         else:
             assert new[2] == bad.seq
     if len(newly) == len(PROJECTIONS):  # nothing applied anywhere: only faults and `seen`
-        stripped = [[key, version, cursor, None, state]
-                    for key, version, cursor, _, state in after]
+        stripped = [[key, version, cursor, None, state] for key, version, cursor, _, state in after]
         assert stripped == before
 
     # a retry from the committed row errors identically
@@ -143,8 +142,15 @@ def test_replaying_applied_events_changes_nothing(log: list[Any], data: Any) -> 
 
 
 def _user(seq: int, text: str) -> Any:
-    return read_event({"type": "user/message", "seq": seq, "time": seq, "surfaceOp": "append",
-                       "data": {"role": "user", "content": [{"type": "text", "text": text}]}})
+    return read_event(
+        {
+            "type": "user/message",
+            "seq": seq,
+            "time": seq,
+            "surfaceOp": "append",
+            "data": {"role": "user", "content": [{"type": "text", "text": text}]},
+        }
+    )
 
 
 @settings(max_examples=10, deadline=None)
@@ -161,7 +167,8 @@ def test_row_size_does_not_grow_with_the_number_of_messages(words: list[str]) ->
     # identical once every integer is blanked out ...
     assert digits.sub(b"0", small) == digits.sub(b"0", large)
     # ... and the difference is exactly the extra digits of those integers
-    extra = sum(len(b) - len(a) for a, b in zip(digits.findall(small), digits.findall(large),
-                                                strict=True))
+    extra = sum(
+        len(b) - len(a) for a, b in zip(digits.findall(small), digits.findall(large), strict=True)
+    )
     assert len(large) - len(small) == extra
     assert extra <= 4 * 3 + 2 * 4  # seen + 3 cursors (9 -> 1999); two surface totals

@@ -1,0 +1,213 @@
+"""Run real `stream worker` processes and read what they produced, for the integration tests."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@dataclass
+class Deployment:
+    """One isolated service instance: its own app id, topics, Redis prefix and state dirs."""
+
+    bootstrap: str
+    redis_url: str
+    workdir: Path
+    partitions: int = 4
+    extra_env: dict[str, str] = field(default_factory=dict)
+    name: str = field(default_factory=lambda: f"it-{uuid.uuid4().hex[:8]}")
+    workers: list["Worker"] = field(default_factory=list)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.name}:"
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            KAFKA_BOOTSTRAP_SERVERS=self.bootstrap,
+            REDIS_URL=self.redis_url,
+            STREAM_APP_ID=self.name,
+            STREAM_INPUT_TOPIC=f"{self.name}.events",
+            STREAM_OUTPUT_TOPIC=f"{self.name}.context",
+            STREAM_DLQ_TOPIC=f"{self.name}.dlq",
+            STREAM_PARTITIONS=str(self.partitions),
+            REDIS_KEY_PREFIX=self.prefix,
+            STREAM_WEB_ENABLED="0",
+            STREAM_BATCH_WITHIN="0.02",
+            STREAM_SESSION_TIMEOUT="8",
+        )
+        env.update(self.extra_env)
+        env.update(overrides)
+        return env
+
+    def stream(self, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "stream", *args],
+            env=self.env(**env),
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+            timeout=300,
+        )
+
+    def start_worker(self, tag: str = "w", **env: str) -> "Worker":
+        worker = Worker(self, f"{tag}{len(self.workers)}", env)
+        self.workers.append(worker)
+        worker.start()
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+
+    # -- reading results -------------------------------------------------------------
+    def redis(self) -> "redis.Redis":
+        return redis.Redis.from_url(self.redis_url)
+
+    def stats(self, worker_id: str | None = None) -> dict[str, int]:
+        key = f"{self.prefix}stats" + (f":{worker_id}" if worker_id else "")
+        raw = self.redis().hgetall(key)
+        counts = {k.decode(): int(v) for k, v in raw.items()}
+        return {n: counts.get(n, 0) for n in ("folded", "duplicate", "faulted", "dead_lettered")}
+
+    def accounted(self) -> int:
+        return sum(self.stats().values())
+
+    def wait_accounted(self, total: int, timeout: float = 120) -> None:
+        wait_until(
+            lambda: self.accounted() >= total,
+            timeout,
+            f"{total} events accounted for (have {self.accounted()})",
+        )
+
+    def redis_update(self, session_id: str) -> dict[str, Any] | None:
+        raw = self.redis().hget(f"{self.prefix}session:{session_id}", "update")
+        return None if raw is None else orjson.loads(raw)
+
+    def consume_all(self, topic: str, timeout: float = 20) -> list[Any]:
+        """Every record of a topic, from the beginning to its current end."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+            ends = {}
+            for p in metadata.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high > low:
+                    ends[p] = high
+            consumer.assign([TopicPartition(topic, p, 0) for p in ends] or [])
+            records = []
+            positions = dict.fromkeys(ends, 0)
+            deadline = time.monotonic() + timeout
+            while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None or message.error():
+                    continue
+                records.append(message)
+                positions[message.partition()] = message.offset() + 1
+            return records
+        finally:
+            consumer.close()
+
+    def latest_output(self) -> dict[str, dict[str, Any]]:
+        latest: dict[str, dict[str, Any]] = {}
+        for message in self.consume_all(f"{self.name}.context"):
+            latest[message.key().decode()] = orjson.loads(message.value())
+        return latest
+
+
+@dataclass
+class Worker:
+    deployment: Deployment
+    worker_id: str
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0  # how many times this worker became ready (the log is appended)
+
+    @property
+    def log_path(self) -> Path:
+        return self.deployment.workdir / f"{self.worker_id}.log"
+
+    def start(self) -> None:
+        state = self.deployment.workdir / f"state-{self.worker_id}"
+        env = self.deployment.env(
+            STREAM_STATE_DIR=str(state), STREAM_WORKER_ID=self.worker_id, **self.env
+        )
+        self.log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "stream", "worker"],
+            env=env,
+            cwd=REPO,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self._ready, 120, f"worker {self.worker_id} to be ready")
+        self.starts += 1
+
+    def restart(self, **env: str) -> None:
+        """Start again with the same id and state directory (its local RocksDB)."""
+        self.env = {**self.env, **env}
+        self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker exited early:\n{self.log()[-3000:]}")
+        return self.log().count("Worker]: Ready") > self.starts
+
+    def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM: the worker finishes its batch, flushes and commits."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout)
+        self.log_file.close()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed or committed."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+            self.log_file.close()
+
+
+def offline_fold(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
+    """What `stream fold` prints for these logs, by session id."""
+    result = subprocess.run(
+        [sys.executable, "-m", "stream", "fold", *map(str, paths)],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    )
+    lines = [orjson.loads(line) for line in result.stdout.splitlines()]
+    return {line["sessionId"]: line for line in lines}

@@ -1,0 +1,320 @@
+"""The worker against a real Kafka broker, real RocksDB and a real redis-server.
+
+Every test compares with the offline fold (`stream fold`), which the oracle tests tie to
+the reference implementation: the service must publish exactly what the fold prints.
+"""
+
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from tests.generators.sessions import generate_session, write_session_jsonl
+from tests.integration.harness import REPO, Deployment, offline_fold, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _corpus(directory: Path, sessions: int = 12, seed: int = 11) -> list[Path]:
+    """Generated nasty sessions, a metered-compaction example with system prompts, and one
+    session with a contract violation (a claim over the wrong range)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    paths = []
+    for i in range(sessions):
+        path = directory / f"gen-{seed}-{i}.jsonl"
+        write_session_jsonl(
+            path, f"gen-{seed}-{i}", generate_session(rng, f"gen-{seed}-{i}", rng.randint(30, 250))
+        )
+        paths.append(path)
+    shutil.copy(REPO / "examples" / "example-system-prompts.jsonl", directory)
+    paths.append(directory / "example-system-prompts.jsonl")
+    faulty = directory / "faulty.jsonl"
+    faulty.write_text("\n".join(orjson.dumps(e).decode() for e in _faulty_session()) + "\n")
+    paths.append(faulty)
+    return paths
+
+
+def _faulty_session() -> list[dict[str, Any]]:
+    def user(seq: int, text: str, op: Any = "append") -> dict[str, Any]:
+        return {
+            "type": "user/message",
+            "seq": seq,
+            "time": seq,
+            "surfaceOp": op,
+            "data": {"role": "user", "content": [{"type": "text", "text": text}]},
+        }
+
+    return [
+        {"type": "session", "id": "faulty"},
+        user(0, "first"),
+        user(1, "second"),
+        {
+            "type": "compaction/summary",
+            "seq": 2,
+            "time": 2,
+            "data": {"shadowedRange": {"start": 0, "end": 0}, "shadowedTokenCount": 6},
+        },
+        user(3, "summary", {"op": "replace", "start": 0, "end": 1}),
+        user(4, "after the fault"),
+        {
+            "type": "assistant/message",
+            "seq": 5,
+            "time": 5,
+            "surfaceOp": "append",
+            "data": {
+                "turn": 0,
+                "step": 0,
+                "message": {"role": "assistant", "content": []},
+                "usage": {"inputTokens": 10, "outputTokens": 2},
+            },
+        },
+    ]
+
+
+def _event_count(paths: list[Path]) -> int:
+    return sum(1 for _ in _events(paths))
+
+
+def _events(paths: list[Path]) -> Any:
+    from stream.contract.storage import ChunkRun
+    from stream.logs.replay import raw_events
+
+    for _, _, item in raw_events([str(p) for p in paths]):
+        yield from (item.events() if isinstance(item, ChunkRun) else [item])
+
+
+def _java_placement_producer(deployment: Deployment) -> Producer:
+    return Producer({"bootstrap.servers": deployment.bootstrap, "partitioner": "murmur2_random"})
+
+
+@pytest.fixture
+def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
+    created = Deployment(kafka_bootstrap, redis_url, tmp_path)
+    yield created
+    created.stop_all()
+
+
+def _assert_exact(deployment: Deployment, expected: dict[str, dict[str, Any]]) -> None:
+    for session_id, line in expected.items():
+        assert deployment.redis_update(session_id) == line, session_id
+    output = deployment.latest_output()
+    for session_id, line in expected.items():
+        assert output.get(session_id) == line, session_id
+
+
+def test_worker_publishes_exactly_the_offline_fold(deployment: Deployment, tmp_path: Path) -> None:
+    paths = _corpus(tmp_path / "logs")
+    expected = offline_fold(paths)
+    assert "faults" in expected["faulty"] and set(expected["faulty"]["faults"]) == {
+        "contextPressure",
+        "contextBreakdown",
+    }
+    deployment.start_worker()
+    deployment.stream("produce", *map(str, paths))
+    total = _event_count(paths)
+    deployment.wait_accounted(total)
+    stats = deployment.stats()
+    assert stats["dead_lettered"] == 0 and stats["duplicate"] == 0
+    assert stats["folded"] + stats["faulted"] == total
+    _assert_exact(deployment, expected)
+
+
+def test_segments_and_single_events_give_identical_results(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    paths = _corpus(tmp_path / "logs", sessions=6, seed=5)
+    expected = offline_fold(paths)
+    total = _event_count(paths)
+    results = []
+    for segment in ("1", "7"):
+        deployment = Deployment(kafka_bootstrap, redis_url, tmp_path / f"seg{segment}")
+        deployment.workdir.mkdir()
+        try:
+            deployment.start_worker()
+            deployment.stream("produce", "--segment", segment, *map(str, paths))
+            deployment.wait_accounted(total)
+            results.append({sid: deployment.redis_update(sid) for sid in expected})
+        finally:
+            deployment.stop_all()
+    assert results[0] == results[1] == expected
+
+
+def test_unreadable_messages_are_dead_lettered_and_counts_add_up(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    paths = _corpus(tmp_path / "logs", sessions=3, seed=3)
+    expected = offline_fold(paths)
+    deployment.start_worker()
+    deployment.stream("produce", *map(str, paths))
+    producer = Producer(
+        {"bootstrap.servers": deployment.bootstrap, "partitioner": "murmur2_random"}
+    )
+    topic = f"{deployment.name}.events"
+    bad = [
+        (b"garbage", b"{not json"),
+        (None, orjson.dumps({"type": "user/message", "seq": 0, "time": 0, "data": {}})),
+        (b"garbage", orjson.dumps({"type": "turn/start", "seq": -1, "time": 0, "data": {}})),
+        (b"garbage", b"[]"),
+        (
+            b"mixed",
+            orjson.dumps(
+                [
+                    {"type": "turn/start", "seq": 0, "time": 0, "data": {}},
+                    "not an event",
+                    {"type": "turn/end", "seq": 1, "time": 1, "data": {}},
+                ]
+            ),
+        ),
+    ]
+    for key, value in bad:
+        producer.produce(topic, key=key, value=value)
+    producer.flush(10)
+    produced = _event_count(paths) + 4 + 3  # four bad messages; a three-element segment
+    deployment.wait_accounted(produced)
+    stats = deployment.stats()
+    assert stats["dead_lettered"] == 5
+    assert (
+        stats["folded"] + stats["duplicate"] + stats["faulted"] + stats["dead_lettered"] == produced
+    )
+    letters = deployment.consume_all(f"{deployment.name}.dlq")
+    assert len(letters) == 5
+    for letter in letters:
+        headers = dict(letter.headers())
+        assert headers["reason"] and headers["source-topic"] == topic.encode()
+        assert int(headers["source-partition"]) >= 0 and int(headers["source-offset"]) >= 0
+    reasons = sorted(dict(letter.headers())["reason"].decode() for letter in letters)
+    assert any("not JSON" in r for r in reasons) and any("session key" in r for r in reasons)
+    assert any("seq" in r for r in reasons) and any("empty segment" in r for r in reasons)
+    assert deployment.redis_update("mixed")["seq"] == 1  # the good elements still folded
+    _assert_exact(deployment, expected)
+
+
+def test_a_crash_before_commit_counts_nothing_twice(deployment: Deployment, tmp_path: Path) -> None:
+    paths = _corpus(tmp_path / "logs", sessions=6, seed=9)
+    expected = offline_fold(paths)
+    total = _event_count(paths)
+    # Commits only every 10 minutes: everything this worker folds is uncommitted.
+    first = deployment.start_worker(STREAM_COMMIT_INTERVAL="600")
+    deployment.stream("produce", *map(str, paths))
+    deployment.wait_accounted(total)
+    before = deployment.stats()
+    first.kill()  # SIGKILL: no flush, no commit
+    first.restart(STREAM_COMMIT_INTERVAL="2.8")
+    # Everything is redelivered; the cursors see it all as already applied.
+    wait_until(lambda: deployment.stats()["duplicate"] >= total, 120, "the redelivery")
+    after = deployment.stats()
+    assert after["folded"] == before["folded"] and after["faulted"] == before["faulted"]
+    _assert_exact(deployment, expected)
+
+
+def test_sigterm_finishes_the_batch_and_commits(deployment: Deployment, tmp_path: Path) -> None:
+    paths = _corpus(tmp_path / "logs", sessions=4, seed=13)
+    total = _event_count(paths)
+    first = deployment.start_worker()
+    deployment.stream("produce", *map(str, paths))
+    deployment.wait_accounted(total)
+    assert first.terminate() == 0
+    first.restart()
+    deployment.stream("produce", str(REPO / "examples" / "example-system-prompts.jsonl"))
+    deployment.wait_accounted(total + 16)
+    assert (
+        deployment.stats()["duplicate"] == 16
+    )  # only the re-produced example: nothing redelivered
+
+
+def test_two_workers_split_the_partitions_and_stay_exact(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    paths = _corpus(tmp_path / "logs", sessions=16, seed=21)
+    expected = offline_fold(paths)
+    total = _event_count(paths)
+    a = deployment.start_worker("a")
+    b = deployment.start_worker("b")
+    wait_until(lambda: "Ready" in a.log().split("Ready", 1)[-1] or True, 1, "rebalance")
+    deployment.stream("produce", *map(str, paths))
+    deployment.wait_accounted(total)
+    assert deployment.stats(a.worker_id)["folded"] > 0
+    assert deployment.stats(b.worker_id)["folded"] > 0
+    _assert_exact(deployment, expected)
+
+
+def test_rows_live_in_the_changelog_partition_of_their_input_partition(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """librdkafka's default partitioner (consistent_random: CRC32) places keys differently
+    from the Java client's murmur2; the state row must follow the input partition anyway."""
+    paths = _corpus(tmp_path / "logs", sessions=10, seed=17)
+    expected = offline_fold(paths)
+    deployment.start_worker()
+    producer = Producer({"bootstrap.servers": deployment.bootstrap})  # default partitioner
+    topic = f"{deployment.name}.events"
+    from stream.contract.storage import ChunkRun
+    from stream.logs.replay import raw_events
+
+    for session_id, _, item in raw_events([str(p) for p in paths]):
+        for event in item.events() if isinstance(item, ChunkRun) else [item]:
+            producer.produce(topic, key=session_id.encode(), value=orjson.dumps(event))
+        producer.poll(0)
+    producer.flush(30)
+    deployment.wait_accounted(_event_count(paths))
+    _assert_exact(deployment, expected)
+    input_partitions = {m.key(): m.partition() for m in deployment.consume_all(topic)}
+    changelog = deployment.consume_all(f"{deployment.name}-sessions-changelog")
+    assert changelog
+    moved = {m.key() for m in changelog if input_partitions[m.key()] != m.partition()}
+    assert not moved
+    assert len(set(input_partitions.values())) > 1
+    # Not vacuous: the Java client's murmur2 would have placed some of these keys elsewhere.
+    probe = f"{deployment.name}.probe"
+    admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
+    admin.create_topics([NewTopic(probe, deployment.partitions, 1)])[probe].result(30)
+    java = _java_placement_producer(deployment)
+    for key in input_partitions:
+        java.produce(probe, key=key, value=b"")
+    java.flush(10)
+    java_partitions = {m.key(): m.partition() for m in deployment.consume_all(probe)}
+    assert any(java_partitions[k] != p for k, p in input_partitions.items())
+
+
+def test_offsets_past_retention_become_loud_gap_faults(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    def user(seq: int) -> dict[str, Any]:
+        return {
+            "type": "user/message",
+            "seq": seq,
+            "time": seq,
+            "surfaceOp": "append",
+            "data": {"role": "user", "content": [{"type": "text", "text": f"m{seq}"}]},
+        }
+
+    topic = f"{deployment.name}.events"
+    producer = Producer(
+        {"bootstrap.servers": deployment.bootstrap, "partitioner": "murmur2_random"}
+    )
+    worker = deployment.start_worker()
+    for seq in range(50):
+        producer.produce(topic, key=b"retained", value=orjson.dumps(user(seq)))
+    producer.flush(10)
+    deployment.wait_accounted(50)
+    assert worker.terminate() == 0
+    for seq in range(50, 100):
+        producer.produce(topic, key=b"retained", value=orjson.dumps(user(seq)))
+    producer.flush(10)
+    # Retention deletes what the group has not consumed yet: events 50..74 are gone.
+    partition = next(m.partition() for m in deployment.consume_all(topic))
+    admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, partition, 75)]).values():
+        future.result(30)
+    deployment.start_worker()
+    deployment.wait_accounted(100 - 25)
+    update = deployment.redis_update("retained")
+    assert update is not None and update["seq"] == 99
+    for name in ("contextPressure", "contextBreakdown", "tokenUsage"):
+        assert update["faults"][name] == {"seq": 75, "error": "gap: expected seq 50, got 75"}
