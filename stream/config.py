@@ -101,6 +101,7 @@ class Settings:
     generation: int = 1  # bump when rebuilding state, so rebuilt updates win in Redis
     worker_id: str = ""  # names this worker's stats; default host-pid
     commit_interval: float = 2.8
+    session_timeout: float = 30.0  # how soon the group notices a dead worker
     batch_max: int = 2000
     batch_within: float = 0.05
     web_port: int = 6066
@@ -161,6 +162,7 @@ class Settings:
             generation=_int(env, "STREAM_GENERATION", cls.generation),
             worker_id=env.get("STREAM_WORKER_ID") or f"{socket.gethostname()}-{os.getpid()}",
             commit_interval=_float(env, "STREAM_COMMIT_INTERVAL", cls.commit_interval),
+            session_timeout=_float(env, "STREAM_SESSION_TIMEOUT", cls.session_timeout),
             batch_max=_int(env, "STREAM_BATCH_MAX", cls.batch_max, 1),
             batch_within=_float(env, "STREAM_BATCH_WITHIN", cls.batch_within),
             web_port=_int(env, "STREAM_WEB_PORT", cls.web_port, 1),

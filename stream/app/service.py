@@ -57,6 +57,8 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         web_bind="127.0.0.1",
         producer_acks=-1,
         broker_commit_interval=settings.commit_interval,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         stream_wait_empty=True,
     )
     raw: dict[str, Any] = {
@@ -76,8 +78,10 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         options={"driver": "rocksdict"},
     )
     # Faust picks a table's serializers from its key/value *types* (json unless the type
-    # is a Model), ignoring the schema's; rows are our own codec bytes, so store them raw.
+    # is a Model), ignoring the schema's, and registering the table already built its
+    # changelog topic with them. Rows are our own codec bytes: store and recover them raw.
     table.key_serializer = table.value_serializer = "raw"  # type: ignore[attr-defined]
+    table.changelog_topic = table._new_changelog_topic()  # type: ignore[attr-defined]
     totals = Counts()
     sink: RedisSink | None = None
 

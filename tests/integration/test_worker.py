@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from stream.contract.jsontext import dumps
 from tests.generators.sessions import generate_session, write_session_jsonl
 from tests.integration.harness import REPO, Deployment, offline_fold, wait_until
 
@@ -259,7 +260,7 @@ def test_rows_live_in_the_changelog_partition_of_their_input_partition(
 
     for session_id, _, item in raw_events([str(p) for p in paths]):
         for event in item.events() if isinstance(item, ChunkRun) else [item]:
-            producer.produce(topic, key=session_id.encode(), value=orjson.dumps(event))
+            producer.produce(topic, key=session_id.encode(), value=dumps(event))
         producer.poll(0)
     producer.flush(30)
     deployment.wait_accounted(_event_count(paths))
@@ -318,3 +319,23 @@ def test_offsets_past_retention_become_loud_gap_faults(
     assert update is not None and update["seq"] == 99
     for name in ("contextPressure", "contextBreakdown", "tokenUsage"):
         assert update["faults"][name] == {"seq": 75, "error": "gap: expected seq 50, got 75"}
+
+
+def test_a_new_worker_restores_rows_from_the_changelog(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """A worker with an empty state directory rebuilds every row from the changelog (as
+    after a rebalance to a new host), then continues each session exactly."""
+    paths = _corpus(tmp_path / "logs", sessions=6, seed=23)
+    first_half = [p for i, p in enumerate(paths) if i % 2 == 0]
+    expected = offline_fold(paths)
+    first = deployment.start_worker()
+    deployment.stream("produce", *map(str, first_half))
+    deployment.wait_accounted(_event_count(first_half))
+    assert first.terminate() == 0
+    deployment.start_worker("fresh")  # another state directory: nothing local
+    deployment.stream("produce", *map(str, paths))  # everything again, plus the rest
+    deployment.wait_accounted(_event_count(first_half) + _event_count(paths))
+    stats = deployment.stats()
+    assert stats["duplicate"] == _event_count(first_half)
+    _assert_exact(deployment, expected)
