@@ -12,7 +12,10 @@ def __getattr__(name: str) -> Any:
     if name == "app":
         from stream.app.service import build_app
         from stream.config import Settings
+        from stream.ops.admin import ensure_topics
 
-        globals()["app"] = built = build_app(Settings.from_env())
+        settings = Settings.from_env()
+        # Same start-up as `stream worker`: the table needs the input's partition count.
+        globals()["app"] = built = build_app(settings, ensure_topics(settings))
         return built
     raise AttributeError(name)
