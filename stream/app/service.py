@@ -15,6 +15,7 @@ from typing import Any
 
 import faust
 import orjson
+from redis.exceptions import RedisError
 
 from stream.app.current_event import bound
 from stream.config import Settings
@@ -38,6 +39,22 @@ def _credentials(settings: Settings) -> Any:
     if security.uses_ssl:
         return faust.SSLCredentials(security.ssl_context())
     return None
+
+
+async def _publish_with_retry(
+    sink: RedisSink, updates: list[tuple[str, int, bytes]], counts: dict[str, int]
+) -> None:
+    """Redis being away must not crash the agent or drop updates: hold the batch (and so
+    the offset commit) and retry with backoff until it is back. Writes are idempotent."""
+    delay = 0.1
+    while True:
+        try:
+            await sink.publish(updates, counts)
+            return
+        except (RedisError, OSError) as error:
+            log.warning("redis publish failed (%s); retrying in %.1f s", error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
@@ -119,7 +136,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
             log.warning(
                 "dead-lettered %s[%d]@%d: %s", dead.topic, dead.partition, dead.offset, dead.reason
             )
-        await sink.publish(updates, result.counts.as_dict())
+        await _publish_with_retry(sink, updates, result.counts.as_dict())
         totals.add(result.counts)
 
     @app.agent(source, concurrency=1)
@@ -144,6 +161,4 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     def _final(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         log.info("final totals %s", orjson.dumps(totals.as_dict()).decode())
 
-    app.stream_settings = settings  # type: ignore[attr-defined]
-    app.stream_totals = totals  # type: ignore[attr-defined]
     return app

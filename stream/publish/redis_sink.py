@@ -55,7 +55,8 @@ class RedisSink:
         Returns how many writes the guard accepted.
         """
         settings = self.settings
-        pipe = self.client.pipeline(transaction=False)
+        # MULTI/EXEC: a retried batch never half-counts (the guarded writes are idempotent).
+        pipe = self.client.pipeline(transaction=True)
         written = 0
         for session_id, seq, payload in updates:
             await self.script(

@@ -339,3 +339,24 @@ def test_a_new_worker_restores_rows_from_the_changelog(
     stats = deployment.stats()
     assert stats["duplicate"] == _event_count(first_half)
     _assert_exact(deployment, expected)
+
+
+def test_a_redis_outage_holds_the_batch_and_loses_nothing(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    import redis as redis_client
+
+    paths = _corpus(tmp_path / "logs", sessions=4, seed=29)
+    expected = offline_fold(paths)
+    worker = deployment.start_worker()
+    admin = redis_client.Redis.from_url(deployment.redis_url)
+    admin.config_set("requirepass", "outage")  # every worker command now fails: NOAUTH
+    try:
+        deployment.stream("produce", *map(str, paths))
+        wait_until(lambda: "redis publish failed" in worker.log(), 60, "the worker to retry")
+    finally:
+        authed = redis_client.Redis.from_url(deployment.redis_url, password="outage")
+        authed.config_set("requirepass", "")
+    deployment.wait_accounted(_event_count(paths))
+    assert deployment.stats()["folded"] + deployment.stats()["faulted"] == _event_count(paths)
+    _assert_exact(deployment, expected)
