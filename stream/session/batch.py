@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 from stream.contract.errors import Unreadable
 from stream.contract.events import Event, read_event
 from stream.contract.jsontext import dumps, loads
+from stream.contract.storage import ChunkRun, decode_line
 from stream.session import codec
 from stream.session.processor import Fault, Outcome, SessionRecord, process, update
 
@@ -114,18 +115,27 @@ def decode(message: Message[Any]) -> tuple[str | None, list[Event | DeadLetter]]
         return session_id, [dead(value, str(error))]
     if type(body) is not list:
         try:
-            return session_id, [read_event(body)]
+            return session_id, list[Event | DeadLetter](_events_of(body))
         except Unreadable as error:
             return session_id, [dead(value, str(error))]
     out: list[Event | DeadLetter] = []
     for index, item in enumerate(body):
         try:
-            out.append(read_event(item))
+            out.extend(_events_of(item))
         except Unreadable as error:
             out.append(dead(dumps(item), str(error), index))
     if not body:
         out.append(dead(value, "empty segment: a segment must hold at least one event"))
     return session_id, out
+
+
+def _events_of(item: Any) -> list[Event]:
+    """One element: an event, or a dsh packed chunk row (taken too, as the events it holds,
+    so a producer that copies log lines verbatim loses nothing)."""
+    decoded = decode_line(item)
+    if isinstance(decoded, ChunkRun):
+        return [read_event(event) for event in decoded.events()]
+    return [read_event(decoded)]
 
 
 def fold_batch(

@@ -109,3 +109,17 @@ def test_an_unreadable_stored_row_faults_loudly_instead_of_starting_over() -> No
 def test_decode_reads_a_single_event_and_a_segment() -> None:
     session, items = decode(msg([user(0), user(1)]))
     assert session == "s1" and [i.seq for i in items] == [0, 1]  # type: ignore[union-attr]
+
+
+def test_packed_chunk_rows_are_taken_as_the_events_they_hold() -> None:
+    row = {
+        "type": "text-chunks",
+        "seq0": 1,
+        "time0": 5,
+        "data": {"turn": 0, "step": 0, "index": 0, "dt": [1, 1], "texts": ["a", "b", "c"]},
+    }
+    result = fold([msg(user(0)), msg(row, offset=1), msg([user(4)], offset=2)])
+    assert result.counts.folded == 5 and result.counts.total == 5
+    assert result.sessions[0].update["seq"] == 4
+    bad = dict(row, seq0="x")
+    assert fold([msg(bad)]).counts.dead_lettered == 1
