@@ -4,7 +4,10 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from stream.contract.jsontext import dumps
 from stream.session import codec
 from stream.session.batch import Message, decode, fold_batch
 
@@ -123,3 +126,52 @@ def test_packed_chunk_rows_are_taken_as_the_events_they_hold() -> None:
     assert result.sessions[0].update["seq"] == 4
     bad = dict(row, seq0="x")
     assert fold([msg(bad)]).counts.dead_lettered == 1
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+event_like = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            [
+                "user/message",
+                "assistant/message",
+                "assistant/chunk",
+                "request/header",
+                "request/context",
+                "compaction/summary",
+                "system/message",
+                "tool/result",
+                "x/y",
+            ]
+        ),
+        "seq": st.integers(min_value=-2, max_value=6),
+        "time": st.integers(min_value=0, max_value=9),
+    },
+    optional={"data": json_values, "surfaceOp": json_values},
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=40), json_values, event_like, st.lists(event_like, max_size=4)
+        ),
+        max_size=12,
+    )
+)
+def test_hostile_input_never_raises_and_every_event_is_counted(values: list[Any]) -> None:
+    messages = []
+    expected = 0
+    for offset, value in enumerate(values):
+        raw = value if isinstance(value, bytes) else dumps(value)
+        messages.append(msg(raw, key=b"k", offset=offset))
+        expected += len(value) if isinstance(value, list) and value else 1
+    result = fold(messages)
+    assert result.counts.total == expected
