@@ -41,12 +41,12 @@ import orjson
 
 from benchmarks.corpus import WORDS, write_corpus
 from stream.contract.events import Event, read_event
-from stream.contract.storage import ChunkRun, expand
+from stream.contract.storage import expand
 from stream.logs.reader import BadLine
-from stream.logs.replay import events, raw_events
+from stream.logs.replay import fold, raw_events
 from stream.projections.positional import Surface
 from stream.session import codec
-from stream.session.processor import SessionRecord, process, process_run
+from stream.session.processor import SessionRecord, process
 
 ROOT = Path(__file__).resolve().parent.parent
 ORACLE = ROOT / "tests" / "oracle" / "fold.mjs"
@@ -137,19 +137,11 @@ def fold_logs(directory: Path) -> dict[str, int]:
     """Read, parse and fold every log exactly as ``stream fold`` does, without output."""
     records: dict[str, SessionRecord] = {}
     count = bad = 0
-    for session_id, item in events([str(directory)]):
+    for item in fold([str(directory)], records):
         if isinstance(item, BadLine):
             bad += 1
-            continue
-        record = records.get(session_id)
-        if record is None:
-            record = records[session_id] = SessionRecord.new()
-        if isinstance(item, ChunkRun):
-            process_run(record, item.seq0, item.size)
-            count += item.size
         else:
-            process(record, item)
-            count += 1
+            count += len(item[1])
     faulted = sum(any(s.fault is not None for s in r.slots) for r in records.values())
     return {"events": count, "bad_lines": bad, "faulted_sessions": faulted}
 

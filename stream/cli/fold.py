@@ -6,10 +6,9 @@ from typing import Any
 
 import orjson
 
-from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine
-from stream.logs.replay import events
-from stream.session.processor import SessionRecord, process, process_run, update
+from stream.logs.replay import fold
+from stream.session.processor import SessionRecord, update
 
 
 def register(commands: Any) -> None:
@@ -29,21 +28,13 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     records: dict[str, SessionRecord] = {}
     last_seq: dict[str, int] = {}
-    for session_id, event in events(args.paths):
-        if isinstance(event, BadLine):
-            print(f"stream fold: {event}", file=sys.stderr)
+    for item in fold(args.paths, records):
+        if isinstance(item, BadLine):
+            print(f"stream fold: {item}", file=sys.stderr)
             continue
-        record = records.get(session_id)
-        if record is None:
-            record = records[session_id] = SessionRecord.new()
-        if isinstance(event, ChunkRun):
-            process_run(record, event.seq0, event.size)
-            seqs = range(event.seq0, event.seq0 + event.size)
-        else:
-            process(record, event)
-            seqs = range(event.seq, event.seq + 1)
+        session_id, seqs = item
         if args.every_event:
-            line = update(session_id, 0, record)
+            line = update(session_id, 0, records[session_id])
             for seq in seqs:
                 line["seq"] = seq
                 out.write(orjson.dumps(line) + b"\n")

@@ -12,6 +12,7 @@ from stream.contract.errors import Unreadable
 from stream.contract.events import Event, read_event
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine, log_files, open_log
+from stream.session.processor import SessionRecord, process, process_run
 
 
 def raw_events(paths: list[str]) -> Iterator[tuple[str, Path, Any]]:
@@ -36,3 +37,23 @@ def events(paths: list[str]) -> Iterator[tuple[str, Event | ChunkRun | BadLine]]
                 yield session_id, read_event(item)
             except Unreadable as error:
                 yield session_id, BadLine(str(path), 0, str(error))
+
+
+def fold(
+    paths: list[str], records: dict[str, SessionRecord]
+) -> Iterator[tuple[str, range] | BadLine]:
+    """Fold every event of the logs into ``records`` (one per session id, created on first
+    sight), yielding after each event or packed run its session and the seqs it covered."""
+    for session_id, item in events(paths):
+        if isinstance(item, BadLine):
+            yield item
+            continue
+        record = records.get(session_id)
+        if record is None:
+            record = records[session_id] = SessionRecord.new()
+        if isinstance(item, ChunkRun):
+            process_run(record, item.seq0, item.size)
+            yield session_id, range(item.seq0, item.seq0 + item.size)
+        else:
+            process(record, item)
+            yield session_id, range(item.seq, item.seq + 1)
