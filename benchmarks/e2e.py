@@ -90,7 +90,7 @@ def main() -> None:
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit((work / "worker.log").read_text()[-3000:])
             time.sleep(0.2)
-        client = redis.Redis.from_url(redis_url)
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
         t0 = time.monotonic()
         produced = subprocess.run(
             [
@@ -111,7 +111,7 @@ def main() -> None:
         t_produced = time.monotonic() - t0
         total = int(produced.stderr.split("produced ", 1)[1].split(" ", 1)[0])
         while True:
-            counts = {k.decode(): int(v) for k, v in client.hgetall(f"{name}:stats").items()}
+            counts = {k: int(v) for k, v in client.hgetall(f"{name}:stats").items()}
             if sum(counts.values()) >= total:
                 break
             time.sleep(0.05)
