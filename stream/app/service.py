@@ -139,10 +139,26 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         await _publish_with_retry(sink, updates, result.counts.as_dict())
         totals.add(result.counts)
 
+    async def handle_until_done(events: list[Any]) -> None:
+        """Never let a batch fail past this point: Faust's ``take_events`` acks a batch
+        when the loop moves on *or raises*, so an escaping error would commit events we
+        did not process. A failing batch is retried (the fold is deterministic and the
+        cursors make the retry idempotent) while the error is logged; the partition stalls
+        visibly instead of losing data."""
+        delay = 0.5
+        while True:
+            try:
+                await handle(events)
+                return
+            except Exception:
+                log.exception("batch of %d events failed; retrying in %.1f s", len(events), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
     @app.agent(source, concurrency=1)
     async def fold_sessions(stream: Any) -> None:
         async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
-            work = asyncio.ensure_future(handle(events))
+            work = asyncio.ensure_future(handle_until_done(events))
             try:
                 await asyncio.shield(work)
             except asyncio.CancelledError:
