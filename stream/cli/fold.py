@@ -4,8 +4,7 @@ import argparse
 import sys
 from typing import Any
 
-import orjson
-
+from stream.contract.jsontext import dumps
 from stream.logs.reader import BadLine
 from stream.logs.replay import fold
 from stream.session.processor import SessionRecord, update
@@ -37,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
             line = update(session_id, 0, records[session_id])
             for seq in seqs:
                 line["seq"] = seq
-                out.write(orjson.dumps(line) + b"\n")
+                out.write(dumps(line) + b"\n")
         else:
             last_seq[session_id] = seqs[-1]
     for session_id, seq in last_seq.items():
-        out.write(orjson.dumps(update(session_id, seq, records[session_id])) + b"\n")
+        out.write(dumps(update(session_id, seq, records[session_id])) + b"\n")
     out.flush()
     return 0

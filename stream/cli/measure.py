@@ -4,9 +4,8 @@ import argparse
 import sys
 from typing import Any
 
-import orjson
-
 from stream.contract.errors import ContractError
+from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine
 from stream.logs.replay import events
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if error is not None:
         report["error"] = error
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(report) + b"\n")
+        sys.stdout.buffer.write(dumps(report) + b"\n")
     else:
         _print_table(report)
     return 0

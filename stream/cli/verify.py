@@ -14,6 +14,7 @@ import orjson
 
 from stream.contract.errors import ContractError
 from stream.contract.events import METERING_TYPES, Event, Replace
+from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import BadLine, log_files
 from stream.logs.replay import events
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             report.max_retained_prompts, len(state.record.slots[_BREAKDOWN].state.prompts)
         )
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(report.__dict__) + b"\n")
+        sys.stdout.buffer.write(dumps(report.__dict__) + b"\n")
     else:
         _print(report)
     return 0

@@ -81,7 +81,12 @@ def produce(
         value = dumps(events[0]) if segment <= 1 else dumps(events)
         while True:
             try:
-                client.produce(target, value=value, key=session_id.encode(), on_delivery=delivered)
+                client.produce(
+                    target,
+                    value=value,
+                    key=session_id.encode("utf-8", "surrogatepass"),
+                    on_delivery=delivered,
+                )
                 break
             except BufferError:  # local queue full: let deliveries drain
                 client.poll(0.1)

@@ -108,7 +108,9 @@ def decode(message: Message[Any]) -> tuple[str | None, list[Event | DeadLetter]]
     except UnicodeDecodeError:
         session_id = ""
     if not session_id:
-        return None, [dead(value, "no session key (the message key must be the session id)")]
+        return None, [
+            dead(value, "no session key (the message key must be the session id, in UTF-8)")
+        ]
     try:
         body = loads(value)
     except Unreadable as error:
