@@ -44,16 +44,27 @@ def fold(
 ) -> Iterator[tuple[str, range] | BadLine]:
     """Fold every event of the logs into ``records`` (one per session id, created on first
     sight), yielding after each event or packed run its session and the seqs it covered."""
-    for session_id, item in events(paths):
-        if isinstance(item, BadLine):
-            yield item
-            continue
+    for path in log_files(paths):
+        log = open_log(path)
+        session_id = log.session_id
         record = records.get(session_id)
         if record is None:
             record = records[session_id] = SessionRecord.new()
-        if isinstance(item, ChunkRun):
-            process_run(record, item.seq0, item.size)
-            yield session_id, range(item.seq0, item.seq0 + item.size)
-        else:
-            process(record, item)
-            yield session_id, range(item.seq, item.seq + 1)
+        for item in log.events():  # read directly, not via events(): this runs per event
+            if type(item) is dict:
+                try:
+                    event = read_event(item)
+                except Unreadable as error:
+                    yield BadLine(str(path), 0, str(error))
+                    continue
+                process(record, event)
+                yield session_id, range(event.seq, event.seq + 1)
+            elif isinstance(item, ChunkRun):
+                process_run(record, item.seq0, item.size)
+                yield session_id, range(item.seq0, item.seq0 + item.size)
+            elif isinstance(item, BadLine):
+                yield item
+            else:
+                yield BadLine(
+                    str(path), 0, f"event must be a JSON object, got {type(item).__name__}"
+                )

@@ -111,6 +111,9 @@ def _process_passive(record: SessionRecord, seq: int) -> Outcome:
         slot.state = projection.passive(slot.state)
         slot.cursor = seq
         applied = True
+    if applied and not faulted and seq > record.seen:  # the common case, decided inline
+        record.seen = seq
+        return Outcome.FOLDED
     return _outcome(record, seq, applied, faulted)
 
 
