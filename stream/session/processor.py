@@ -57,13 +57,18 @@ class SessionRecord:
         return cls([Slot(p.init()) for p in PROJECTIONS])
 
 
+def _gap(cursor: int, seq: int) -> Fault:
+    """A seq past ``cursor + 1``: events are missing, and folding on would drift silently."""
+    return Fault(seq, f"gap: expected seq {cursor + 1}, got {seq}")
+
+
 def _plan(projection: Projection, slot: Slot, event: Event) -> Any:
     """The slot's next state, a ``Fault``, or ``None`` when the event does not apply."""
     seq = event.seq
     if seq <= slot.cursor or slot.fault is not None:
         return None
     if seq != slot.cursor + 1:
-        return Fault(seq, f"gap: expected seq {slot.cursor + 1}, got {seq}")
+        return _gap(slot.cursor, seq)
     try:
         return projection.apply(slot.state, event)
     except ContractError as error:
@@ -105,7 +110,7 @@ def _process_passive(record: SessionRecord, seq: int) -> Outcome:
         if seq <= cursor or slot.fault is not None:
             continue
         if seq != cursor + 1:
-            slot.fault = Fault(seq, f"gap: expected seq {cursor + 1}, got {seq}")
+            slot.fault = _gap(cursor, seq)
             faulted = True
             continue
         slot.state = projection.passive(slot.state)
@@ -148,7 +153,7 @@ def process_run(record: SessionRecord, seq0: int, count: int) -> None:
         if slot.fault is not None or last <= slot.cursor:
             continue
         if seq0 > slot.cursor + 1:
-            slot.fault = Fault(seq0, f"gap: expected seq {slot.cursor + 1}, got {seq0}")
+            slot.fault = _gap(slot.cursor, seq0)
             continue
         slot.state = projection.passive(slot.state)
         slot.cursor = last
