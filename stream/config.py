@@ -105,7 +105,7 @@ class Settings:
     batch_max: int = 2000
     batch_within: float = 0.05
     web_port: int = 6066
-    web_enabled: bool = True
+    web_enabled: bool = False  # Faust's own web server; off so workers can share a host
     kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @property
@@ -166,6 +166,6 @@ class Settings:
             batch_max=_int(env, "STREAM_BATCH_MAX", cls.batch_max, 1),
             batch_within=_float(env, "STREAM_BATCH_WITHIN", cls.batch_within),
             web_port=_int(env, "STREAM_WEB_PORT", cls.web_port, 1),
-            web_enabled=env.get("STREAM_WEB_ENABLED", "1") not in ("0", "false", "no"),
+            web_enabled=env.get("STREAM_WEB_ENABLED", "0") not in ("0", "false", "no", ""),
             kafka=security,
         )
