@@ -42,12 +42,20 @@ def _settings() -> Settings:
 
 def run_worker(args: argparse.Namespace) -> int:
     import faust
+    from confluent_kafka import KafkaException
 
     from stream.app.service import build_app
     from stream.ops.admin import ensure_topics
 
     settings = _settings()
-    partitions = ensure_topics(settings)
+    try:
+        partitions = ensure_topics(settings)
+    except (KafkaException, RuntimeError) as error:
+        print(
+            f"stream worker: cannot prepare topics on {settings.bootstrap_servers}: {error}",
+            file=sys.stderr,
+        )
+        return 1
     app = build_app(settings, partitions)
     worker = faust.Worker(app, loglevel=args.loglevel.upper(), quiet=True)
     worker.execute_from_commandline()

@@ -7,10 +7,12 @@ from stream.config import Settings
 
 
 def admin(settings: Settings) -> AdminClient:
-    return AdminClient(settings.librdkafka())
+    # librdkafka logs every failed connect attempt (20 a second); the caller reports the
+    # failure once, with the address, when the request times out.
+    return AdminClient(settings.librdkafka() | {"log_level": 2})
 
 
-def ensure_topics(settings: Settings, timeout: float = 30.0) -> int:
+def ensure_topics(settings: Settings, timeout: float = 20.0) -> int:
     """Create the input, output (compacted) and dead-letter topics when missing.
 
     Returns the input topic's partition count: the state table must have exactly as many
