@@ -76,7 +76,6 @@ class SessionLog:
 
     path: Path
     session_id: str
-    bad_lines: list[BadLine]
 
     def events(self) -> Iterator[Any | BadLine]:
         """Raw event objects, ``ChunkRun``s for packed rows, ``BadLine``s for the unreadable."""
@@ -91,9 +90,7 @@ class SessionLog:
                             continue
                         yield decode_line(value)
                     except Unreadable as error:
-                        bad = BadLine(str(self.path), number, str(error))
-                        self.bad_lines.append(bad)
-                        yield bad
+                        yield BadLine(str(self.path), number, str(error))
             except Exception as error:  # zstd frame errors, I/O errors mid-file
                 if isinstance(error, LogError):
                     raise
@@ -115,4 +112,4 @@ def open_log(path: Path) -> SessionLog:
             found = None
         if found is not None:
             session_id = found
-    return SessionLog(path, session_id, [])
+    return SessionLog(path, session_id)

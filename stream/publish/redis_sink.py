@@ -9,7 +9,6 @@ stored: a slow or zombie worker cannot move a UI backwards. One pipeline per bat
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 
 from stream.config import Settings
@@ -73,10 +72,6 @@ class RedisSink:
             return 0
         results = await pipe.execute()
         return sum(1 for r in results[:written] if r == 1)
-
-    async def latest(self, session_id: str) -> dict[str, Any] | None:
-        raw = await self.client.hget(self.settings.session_key(session_id), "update")
-        return None if raw is None else orjson.loads(raw)
 
     async def close(self) -> None:
         await self.client.aclose()
