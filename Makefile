@@ -12,6 +12,7 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP) tests/oracle/node_modules/.installed
 	@bash deploy/kafka.sh fetch >/dev/null
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

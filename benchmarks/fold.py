@@ -42,10 +42,10 @@ import orjson
 from benchmarks.corpus import WORDS, write_corpus
 from stream.contract.events import Event, read_event
 from stream.contract.storage import expand
-from stream.logs.reader import BadLine
-from stream.logs.replay import fold, raw_events
+from stream.logs.reader import read_logs
 from stream.projections.positional import Surface
 from stream.session import codec
+from stream.session.offline import fold_lines
 from stream.session.processor import SessionRecord, process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,19 +136,19 @@ def write_unpacked(packed: Path, out: Path) -> None:
 def fold_logs(directory: Path) -> dict[str, int]:
     """Read, parse and fold every log exactly as ``stream fold`` does, without output."""
     records: dict[str, SessionRecord] = {}
-    count = bad = 0
-    for item in fold([str(directory)], records):
-        if isinstance(item, BadLine):
+    bad = 0
+    for log in read_logs([str(directory)]):
+        record = records.setdefault(log.session_id, SessionRecord.new())
+        for _ in fold_lines(record, log.lines()):
             bad += 1
-        else:
-            count += len(item[1])
-    faulted = sum(any(s.fault is not None for s in r.slots) for r in records.values())
+    count = sum(r.tally.total for r in records.values())
+    faulted = sum(any(s.fault is not None for s in r) for r in records.values())
     return {"events": count, "bad_lines": bad, "faulted_sessions": faulted}
 
 
 def parse_logs(directory: Path) -> int:
     """Only read and parse (JSON, header, chunk-row validation): the fold's floor."""
-    return sum(1 for _ in raw_events([str(directory)]))
+    return sum(1 for log in read_logs([str(directory)]) for _ in log.lines())
 
 
 def reference_bench(node: str, directory: Path, repeat: int) -> dict[str, Any]:
@@ -338,7 +338,7 @@ def copy(record: SessionRecord) -> SessionRecord:
 
 def check_clean(record: SessionRecord, what: str) -> None:
     """A faulted projection skips events: its timing would measure nothing."""
-    faults = [s.fault for s in record.slots if s.fault is not None]
+    faults = [s.fault for s in record if s.fault is not None]
     if faults:
         raise RuntimeError(f"{what}: benchmark events faulted a projection: {faults}")
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stream.publish.layout import RedisLayout
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names the variable."""
@@ -37,6 +39,24 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1/0, true/false, yes/no or on/off, got {raw!r}")
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = (env.get(name) or default).lower()
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -92,7 +112,7 @@ class Settings:
     partitions: int = 6
     replication_factor: int = 1
     state_dir: str = ".state"
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)  # may embed a password
     redis_key_prefix: str = "ctx:"
     redis_ttl_seconds: int = 0  # 0: keep idle sessions forever
     redis_tls_cafile: str | None = None
@@ -104,23 +124,39 @@ class Settings:
     session_timeout: float = 30.0  # how soon the group notices a dead worker
     batch_max: int = 2000
     batch_within: float = 0.05
+    producer_linger: float = 0.005  # s: records of a batch leave in few requests
+    max_poll_interval: float = 3600.0  # s: a held batch must not drop the worker from its group
+    standby_replicas: int = 0  # warm copies of each table partition on other workers
+    reseed_on_assign: bool = True  # republish assigned partitions' rows to Redis (guarded)
+    redis_check_interval: float = 5.0  # s between checks that Redis still holds our data
+    max_message_bytes: int = 1_000_000
+    max_key_bytes: int = 1_024
+    max_segment_events: int = 10_000
+    max_error_chars: int = 500
+    max_system_prompts: int = 1_000
     web_port: int = 6066
     web_enabled: bool = False  # Faust's own web server; off so workers can share a host
+    metrics_port: int = 9102  # /metrics, /livez, /readyz; 0 turns the endpoint off
+    metrics_bind: str = "0.0.0.0"  # probes and Prometheus scrape from outside the pod
+    log_format: str = "text"  # text | json (one object per line)
+    gateway_port: int = 8080
+    gateway_bind: str = "127.0.0.1"
+    gateway_cors_origins: tuple[str, ...] = ()
     kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @property
-    def redis_stats_key(self) -> str:
-        """Hash of event counts (folded, duplicate, faulted, dead_lettered), all workers."""
-        return f"{self.redis_key_prefix}stats"
+    def redis_url_redacted(self) -> str:
+        """``REDIS_URL`` fit for logs: any password replaced by ``***``."""
+        head, sep, tail = self.redis_url.partition("@")
+        if not sep:
+            return self.redis_url
+        scheme, _, credentials = head.partition("://")
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{tail}" if ":" in credentials else f"{scheme}://***@{tail}"
 
     @property
-    def redis_worker_stats_key(self) -> str:
-        """The same counts for this worker alone."""
-        return f"{self.redis_key_prefix}stats:{self.worker_id}"
-
-    def session_key(self, session_id: str) -> str:
-        """Redis key holding a session's latest update; also its pub/sub channel."""
-        return f"{self.redis_key_prefix}session:{session_id}"
+    def redis_layout(self) -> RedisLayout:
+        return RedisLayout(self.redis_key_prefix)
 
     def librdkafka(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers} | self.kafka.librdkafka()
@@ -142,6 +178,8 @@ class Settings:
         )
         if security.uses_sasl and not (security.sasl_username and security.sasl_password):
             raise ConfigError(f"{protocol} needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
+        if env.get("REDIS_TLS_CAFILE") and not env.get("REDIS_URL", "").startswith("rediss://"):
+            raise ConfigError("REDIS_TLS_CAFILE needs a rediss:// REDIS_URL (TLS)")
         app_id = env.get("STREAM_APP_ID", cls.app_id)
         input_topic = env.get("STREAM_INPUT_TOPIC", cls.input_topic)
         return cls(
@@ -165,7 +203,29 @@ class Settings:
             session_timeout=_float(env, "STREAM_SESSION_TIMEOUT", cls.session_timeout),
             batch_max=_int(env, "STREAM_BATCH_MAX", cls.batch_max, 1),
             batch_within=_float(env, "STREAM_BATCH_WITHIN", cls.batch_within),
+            producer_linger=_float(env, "STREAM_PRODUCER_LINGER", cls.producer_linger),
+            max_poll_interval=_float(env, "STREAM_MAX_POLL_INTERVAL", cls.max_poll_interval),
+            standby_replicas=_int(env, "STREAM_STANDBY_REPLICAS", cls.standby_replicas),
+            reseed_on_assign=_flag(env, "STREAM_RESEED_ON_ASSIGN", cls.reseed_on_assign),
+            redis_check_interval=_float(
+                env, "STREAM_REDIS_CHECK_INTERVAL", cls.redis_check_interval
+            ),
+            max_message_bytes=_int(env, "STREAM_MAX_MESSAGE_BYTES", cls.max_message_bytes, 1024),
+            max_key_bytes=_int(env, "STREAM_MAX_KEY_BYTES", cls.max_key_bytes, 1),
+            max_segment_events=_int(env, "STREAM_MAX_SEGMENT_EVENTS", cls.max_segment_events, 1),
+            max_error_chars=_int(env, "STREAM_MAX_ERROR_CHARS", cls.max_error_chars, 80),
+            max_system_prompts=_int(env, "STREAM_MAX_SYSTEM_PROMPTS", cls.max_system_prompts, 1),
             web_port=_int(env, "STREAM_WEB_PORT", cls.web_port, 1),
-            web_enabled=env.get("STREAM_WEB_ENABLED", "0") not in ("0", "false", "no", ""),
+            web_enabled=_flag(env, "STREAM_WEB_ENABLED", False),
+            metrics_port=_int(env, "STREAM_METRICS_PORT", cls.metrics_port),
+            metrics_bind=env.get("STREAM_METRICS_BIND", cls.metrics_bind),
+            log_format=_choice(env, "STREAM_LOG_FORMAT", cls.log_format, ("text", "json")),
+            gateway_port=_int(env, "STREAM_GATEWAY_PORT", cls.gateway_port),
+            gateway_bind=env.get("STREAM_GATEWAY_BIND", cls.gateway_bind),
+            gateway_cors_origins=tuple(
+                o.strip()
+                for o in env.get("STREAM_GATEWAY_CORS_ORIGINS", "").split(",")
+                if o.strip()
+            ),
             kafka=security,
         )

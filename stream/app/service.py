@@ -1,26 +1,33 @@
 """The worker: one Faust agent folding session events into a RocksDB-backed table.
 
-Per batch (``take_events``): fold every event through the pure core, write each touched
-session's row once, send one coalesced update per changed session to the output topic
-and to Redis, dead-letter what cannot be read. Events are acked only after the batch is
-written and published, and agent concurrency stays 1, so a commit never passes a message
-still in flight (faust-streaming #606). Faust flushes the producer (changelog, output,
-dead letters) before it commits offsets: at-least-once delivery, which the per-projection
-cursors turn into effectively-once state.
+Wiring only. Per batch (``take_events``): ``session.batch.fold_batch`` folds it once
+through the pure core; ``publish.Publisher`` writes the rows, the updates and the dead
+letters and waits until the broker has confirmed every one, then writes Redis; only then
+are the batch's events acked, so a commit never passes a record still in flight. Agent
+concurrency stays 1, so a commit never passes a message still being folded either
+(faust-streaming #606).
+
+Faust reads its settings only from what is passed here (``env={}``): the environment
+cannot flip the at-least-once guarantee, the loopback web bind or the empty-stream wait.
 """
 
 import asyncio
 import logging
+import os
+import signal
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import faust
-import orjson
-from redis.exceptions import RedisError
+from faust.types import TP
 
 from stream.app.current_event import bound
 from stream.config import Settings
-from stream.publish.redis_sink import RedisSink
-from stream.session.batch import Counts, Message, fold_batch
+from stream.ops import metrics
+from stream.projections.breakdown import CONTEXT_BREAKDOWN
+from stream.publish.publisher import Publisher
+from stream.publish.redis_sink import PermanentRedisError, RedisSink
+from stream.session.batch import Counts, DeadLetter, Limits, Message, fold_batch
 
 log = logging.getLogger("stream.worker")
 
@@ -41,41 +48,81 @@ def _credentials(settings: Settings) -> Any:
     return None
 
 
-async def _publish_with_retry(
-    sink: RedisSink, updates: list[tuple[str, int, bytes]], counts: dict[str, int]
-) -> None:
-    """Redis being away must not crash the agent or drop updates: hold the batch (and so
-    the offset commit) and retry with backoff until it is back. Writes are idempotent."""
-    delay = 0.1
-    while True:
-        try:
-            await sink.publish(updates, counts)
-            return
-        except (RedisError, OSError) as error:
-            log.warning("redis publish failed (%s); retrying in %.1f s", error, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+def limits_of(settings: Settings) -> Limits:
+    return Limits(
+        message_bytes=settings.max_message_bytes,
+        key_bytes=settings.max_key_bytes,
+        segment_events=settings.max_segment_events,
+        error_chars=settings.max_error_chars,
+        dead_letter_bytes=min(settings.max_message_bytes, 900_000),
+    )
+
+
+class _Outbox:
+    """The Kafka side of publishing, in Faust terms; every call returns its delivery."""
+
+    def __init__(self, table: Any, output: Any, dead_letters: Any) -> None:
+        self.table, self.output, self.dead = table, output, dead_letters
+        self._last: Any = None
+        # Faust drops the changelog send's future inside ``table[key] = row``; keep it,
+        # so the publisher can wait for the row's delivery like any other record.
+        table.on_key_set = self._on_key_set
+
+    def _on_key_set(self, key: Any, value: Any) -> None:
+        table = self.table
+        self._last = table.send_changelog(table.partition_for_key(key), key, value)
+
+    def write_row(self, key: bytes, row: bytes, handle: Any) -> Awaitable[Any]:
+        with bound(handle):  # the row's partition is the input partition of its events
+            self.table[key] = row
+        future: Awaitable[Any] = self._last
+        return future
+
+    def send_update(
+        self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
+    ) -> Awaitable[Any]:
+        future: Awaitable[Any] = self.output.send_soon(key=key, value=payload, headers=headers)
+        return future
+
+    def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]:
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s",
+            letter.topic,
+            letter.partition,
+            letter.offset,
+            letter.reason,
+        )
+        future: Awaitable[Any] = self.dead.send_soon(
+            key=None, value=letter.value, headers=letter.headers()
+        )
+        return future
 
 
 def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     partitions = partitions or settings.partitions
+    CONTEXT_BREAKDOWN.max_prompts = settings.max_system_prompts
     app = faust.App(
         settings.app_id,
+        env={},  # our settings only: see the module docstring
         broker=[f"kafka://{host.strip()}" for host in settings.bootstrap_servers.split(",")],
         broker_credentials=_credentials(settings),
         store="rocksdb://",
         datadir=settings.state_dir,
         topic_partitions=partitions,
         topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=settings.standby_replicas,
         processing_guarantee="at_least_once",
         consumer_auto_offset_reset="earliest",
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
         web_bind="127.0.0.1",
         producer_acks=-1,
+        producer_linger=settings.producer_linger,
+        producer_max_request_size=1_048_576,
         broker_commit_interval=settings.commit_interval,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+        broker_max_poll_interval=settings.max_poll_interval,
         stream_wait_empty=True,
     )
     raw: dict[str, Any] = {
@@ -99,18 +146,33 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     # changelog topic with them. Rows are our own codec bytes: store and recover them raw.
     table.key_serializer = table.value_serializer = "raw"  # type: ignore[attr-defined]
     table.changelog_topic = table._new_changelog_topic()  # type: ignore[attr-defined]
+    limits = limits_of(settings)
     totals = Counts()
-    sink: RedisSink | None = None
+    outbox = _Outbox(table, output, dead_letters)
+    publisher: Publisher[Any] | None = None
+    stats = metrics.Metrics.create(settings)
 
-    def load(session_id: str, event: Any) -> bytes | None:
+    def stop_on_permanent(error: BaseException) -> None:
+        # A permanent refusal is a configuration problem: exit non-zero, loudly, rather
+        # than loop. SIGTERM runs the graceful shutdown (the batch is not acked).
+        log.critical("stopping: %s", error)
+        stats.fatal = str(error)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def get_publisher() -> Publisher[Any]:
+        nonlocal publisher
+        if publisher is None:
+            publisher = Publisher(settings, outbox, RedisSink(settings))
+            publisher.on_permanent = stop_on_permanent
+            stats.redis = publisher.state
+        return publisher
+
+    def load(key: bytes, event: Any) -> bytes | None:
         with bound(event):
-            row: bytes | None = table.get(session_id.encode())
+            row: bytes | None = table.get(key)
             return row
 
     async def handle(events: list[Any]) -> None:
-        nonlocal sink
-        if sink is None:
-            sink = RedisSink(settings)
         messages = [
             Message(
                 e.message.key,
@@ -122,59 +184,93 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
             )
             for e in events
         ]
-        result = fold_batch(messages, load)
-        updates = []
-        for change in result.sessions:
-            key = change.session_id.encode()
-            with bound(change.handle):
-                table[key] = change.row
-            payload = orjson.dumps(change.update)
-            output.send_soon(key=key, value=payload)
-            updates.append((change.session_id, change.update["seq"], payload))
-        for dead in result.dead_letters:
-            dead_letters.send_soon(key=None, value=dead.value, headers=dead.headers())
-            log.warning(
-                "dead-lettered %s[%d]@%d: %s", dead.topic, dead.partition, dead.offset, dead.reason
-            )
-        await _publish_with_retry(sink, updates, result.counts.as_dict())
+        with stats.fold_seconds.time():
+            result = fold_batch(messages, load, limits)
+        with stats.publish_seconds.time():
+            await get_publisher().publish(result)
         totals.add(result.counts)
+        stats.observe_batch(events, result)
 
-    async def handle_until_done(events: list[Any]) -> None:
-        """Never let a batch fail past this point: Faust's ``take_events`` acks a batch
-        when the loop moves on *or raises*, so an escaping error would commit events we
-        did not process. A failing batch is retried (the fold is deterministic and the
-        cursors make the retry idempotent) while the error is logged; the partition stalls
-        visibly instead of losing data."""
-        delay = 0.5
-        while True:
-            try:
-                await handle(events)
-                return
-            except Exception:
-                log.exception("batch of %d events failed; retrying in %.1f s", len(events), delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+    def rows_of(partition: int) -> Iterator[tuple[bytes, bytes]]:
+        store: Any = table.data
+        db = store._dbs.get(partition)
+        if db is None:
+            return iter(())
+        items: Iterator[tuple[bytes, bytes]] = store._visible_items(db)
+        return items
+
+    async def reseed(partitions: list[int], why: str) -> None:
+        publisher = get_publisher()
+        sent = 0
+        for partition in sorted(partitions):
+            sent += await publisher.reseed(rows_of(partition), partition)
+        publisher.state.reseeds += 1
+        log.info("re-seeded Redis from %d partitions (%d sessions): %s", len(partitions), sent, why)
+
+    def assigned() -> list[int]:
+        actives = app.assignor.assigned_actives()
+        return [tp.partition for tp in actives if tp.topic == settings.input_topic]
 
     @app.agent(source, concurrency=1)
     async def fold_sessions(stream: Any) -> None:
         async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
-            work = asyncio.ensure_future(handle_until_done(events))
+            work = asyncio.ensure_future(handle(events))
             try:
                 await asyncio.shield(work)
             except asyncio.CancelledError:
                 # Shutdown (SIGTERM): finish this batch and ack it, so the final commit
                 # covers it instead of leaving it to be redelivered.
-                await work
+                try:
+                    await asyncio.wait_for(work, 30)
+                except (PermanentRedisError, TimeoutError):
+                    raise
                 for event in events:
                     await stream.ack(event)
                 raise
 
+    @app.task  # type: ignore[untyped-decorator]
+    async def _watch_redis() -> None:
+        """Re-seed when Redis lost what we published (a restart without persistence, a
+        failover to an empty replica, FLUSHALL): the marker key is gone."""
+        publisher = get_publisher()
+        while True:
+            await asyncio.sleep(settings.redis_check_interval)
+            try:
+                if not await publisher.marker_present():
+                    await publisher.set_marker()
+                    await reseed(assigned(), "Redis lost its data (marker missing)")
+            except PermanentRedisError:
+                return
+            except Exception as error:  # transient: the publisher's queue notes it
+                log.debug("marker check failed: %s", error)
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def _assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        stats.assigned = sorted(tp.partition for tp in assigned if tp.topic == settings.input_topic)
+
+    @app.on_rebalance_complete.connect  # type: ignore[arg-type]
+    async def _recovered(sender: Any, **kwargs: Any) -> None:
+        stats.recovered = True
+        if settings.reseed_on_assign:
+            # Anything a crash kept from Redis (queued updates of a dead worker) is in the
+            # rows: republish them, guarded, so Redis equals the table again.
+            app.add_future(reseed(assigned(), "partitions assigned"))
+
     @app.timer(interval=10.0)  # type: ignore[untyped-decorator]
     async def _report() -> None:
-        log.info("totals %s", orjson.dumps(totals.as_dict()).decode())
+        log.info("totals %s", totals.as_dict())
+        stats.refresh(app, table, settings)
 
     @app.on_before_shutdown.connect
     def _final(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        log.info("final totals %s", orjson.dumps(totals.as_dict()).decode())
+        log.info("final totals %s", totals.as_dict())
 
+    @app.task  # type: ignore[untyped-decorator]
+    async def _serve_metrics() -> None:
+        if settings.metrics_port:
+            app.metrics_runner = await metrics.serve(  # type: ignore[attr-defined]
+                stats, settings.metrics_bind, settings.metrics_port
+            )
+
+    app.stream_metrics = stats  # type: ignore[attr-defined]
     return app

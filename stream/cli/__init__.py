@@ -4,20 +4,21 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from stream.config import ConfigError
 from stream.logs.reader import LogError
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from stream.cli import fold, measure, service, verify, watch
+    from stream.cli import fold, measure, replay, serve, service, verify, watch
 
     parser = argparse.ArgumentParser(
         prog="stream",
         description="Fold dsh session events into context projections.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (fold, measure, verify, service, watch):
+    for module in (fold, measure, verify, service, watch, serve, replay):
         module.register(commands)
     return parser
 
@@ -27,6 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Command = args.run
     try:
         return run(args)
+    except ConfigError as error:
+        print(f"stream {args.command}: configuration error: {error}", file=sys.stderr)
+        return 2
     except LogError as error:
         print(f"stream {args.command}: {error}", file=sys.stderr)
         return 1

@@ -5,9 +5,9 @@ import sys
 from typing import Any
 
 from stream.contract.jsontext import dumps
-from stream.logs.reader import BadLine
-from stream.logs.replay import fold
-from stream.session.processor import SessionRecord, update
+from stream.logs.reader import read_logs
+from stream.session.offline import fold_lines
+from stream.session.processor import SessionRecord, Tally, update
 
 
 def register(commands: Any) -> None:
@@ -20,26 +20,36 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH")
     parser.add_argument("--every-event", action="store_true", help="one line per event")
+    parser.add_argument(
+        "--counts", action="store_true", help="print the events by outcome on stderr at the end"
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     records: dict[str, SessionRecord] = {}
-    last_seq: dict[str, int] = {}
-    for item in fold(args.paths, records):
-        if isinstance(item, BadLine):
-            print(f"stream fold: {item}", file=sys.stderr)
-            continue
-        session_id, seqs = item
-        if args.every_event:
-            line = update(session_id, 0, records[session_id])
-            for seq in seqs:
-                line["seq"] = seq
-                out.write(dumps(line) + b"\n")
-        else:
-            last_seq[session_id] = seqs[-1]
-    for session_id, seq in last_seq.items():
-        out.write(dumps(update(session_id, seq, records[session_id])) + b"\n")
+    for log in read_logs(args.paths):
+        record = records.get(log.session_id)
+        if record is None:
+            record = records[log.session_id] = SessionRecord.new()
+        for bad in fold_lines(record, log.lines(), args.every_event):
+            if bad is None:
+                out.write(dumps(update(log.session_id, record)) + b"\n")
+            else:
+                print(f"stream fold: {log.where(bad)}", file=sys.stderr)
+    if not args.every_event:
+        for session_id, record in records.items():
+            if record.seen >= 0:
+                out.write(dumps(update(session_id, record)) + b"\n")
     out.flush()
+    if args.counts:
+        total = Tally()
+        for record in records.values():
+            total.add(record.tally)
+        print(
+            f"stream fold: {len(records)} sessions, folded {total.folded}, duplicate"
+            f" {total.duplicate}, faulted {total.faulted}",
+            file=sys.stderr,
+        )
     return 0

@@ -4,12 +4,12 @@ import argparse
 import sys
 from typing import Any
 
-from stream.contract.errors import ContractError
+from stream.contract.errors import ContractError, safe_text
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
-from stream.logs.reader import BadLine
-from stream.logs.replay import events
+from stream.logs.reader import open_log
 from stream.projections.positional import Surface
+from stream.session.offline import BadLine, events
 
 
 def register(commands: Any) -> None:
@@ -27,13 +27,15 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     surface = Surface()
-    session = None
     at = None
     error = None
-    for session_id, event in events([args.path]):
-        session = session_id
+    from pathlib import Path
+
+    log = open_log(Path(args.path))
+    session = log.session_id
+    for _, event in events(log.lines()):
         if isinstance(event, BadLine):
-            print(f"stream measure: {event}", file=sys.stderr)
+            print(f"stream measure: {log.where(event)}", file=sys.stderr)
             continue
         if isinstance(event, ChunkRun):  # passive deltas: no surface change
             if args.seq is not None and event.seq0 > args.seq:
@@ -45,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
             break
         try:
             surface.fold(event)
-        except ContractError as failure:
-            error = {"seq": event.seq, "error": str(failure)}
+        except (ContractError, RecursionError, ValueError, TypeError) as failure:
+            error = {"seq": event.seq, "error": safe_text(str(failure))}
             break
         at = event.seq
     report: dict[str, Any] = {

@@ -4,7 +4,7 @@ import argparse
 import sys
 from typing import Any
 
-from stream.config import ConfigError, Settings
+from stream.config import Settings
 
 
 def register(commands: Any) -> None:
@@ -32,24 +32,18 @@ def register(commands: Any) -> None:
     produce.set_defaults(run=run_produce)
 
 
-def _settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except ConfigError as error:
-        print(f"stream: configuration error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def run_worker(args: argparse.Namespace) -> int:
     import faust
     from confluent_kafka import KafkaException
 
     from stream.app.service import build_app
     from stream.ops.admin import ensure_topics
+    from stream.ops.control import prepare_state
 
-    settings = _settings()
+    settings = Settings.from_env()
     try:
         partitions = ensure_topics(settings)
+        prepare_state(settings)  # before Faust opens RocksDB: drop state a rebuild discarded
     except (KafkaException, RuntimeError) as error:
         print(
             f"stream worker: cannot prepare topics on {settings.bootstrap_servers}: {error}",
@@ -57,9 +51,45 @@ def run_worker(args: argparse.Namespace) -> int:
         )
         return 1
     app = build_app(settings, partitions)
-    worker = faust.Worker(app, loglevel=args.loglevel.upper(), quiet=True)
-    worker.execute_from_commandline()
-    return 0
+    level = args.loglevel.upper()
+    options: dict[str, Any] = {}
+    if settings.log_format == "json":
+        options["logging_config"] = json_logging(level)
+    worker = faust.Worker(app, loglevel=level, quiet=True, **options)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    else:
+        code = 0
+    fatal = app.stream_metrics.fatal  # type: ignore[attr-defined]
+    if fatal:
+        print(f"stream worker: stopped: {fatal}", file=sys.stderr)
+        return 3
+    return code
+
+
+def json_logging(level: str) -> dict[str, Any]:
+    """One JSON object per log line (``STREAM_LOG_FORMAT=json``), for log pipelines."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "json": {
+                "()": "pythonjsonlogger.json.JsonFormatter",
+                "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+                "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            }
+        },
+        "handlers": {
+            "default": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level, "handlers": ["default"]},
+    }
 
 
 def run_produce(args: argparse.Namespace) -> int:
@@ -68,8 +98,12 @@ def run_produce(args: argparse.Namespace) -> int:
     if args.segment < 1:
         print("stream produce: --segment must be at least 1", file=sys.stderr)
         return 2
-    settings = _settings()
+    settings = Settings.from_env()
     report = produce(settings, args.paths, args.segment, args.rate, args.topic)
+    for line in report.skipped:
+        print(f"stream produce: skipped {line}", file=sys.stderr)
+    for error in report.errors:
+        print(f"stream produce: delivery failed: {error}", file=sys.stderr)
     rate = report.events / report.seconds if report.seconds else 0.0
     print(
         f"produced {report.events} events in {report.messages} messages"

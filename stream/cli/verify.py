@@ -16,14 +16,14 @@ from stream.contract.errors import ContractError
 from stream.contract.events import METERING_TYPES, Event, Replace
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
-from stream.logs.reader import BadLine, log_files
-from stream.logs.replay import events
+from stream.logs.reader import log_files, read_logs
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.projections.positional import Surface
 from stream.session import codec
-from stream.session.processor import PROJECTIONS, SessionRecord, process, process_run
+from stream.session.offline import BadLine, events
+from stream.session.processor import SessionRecord, process, process_run
 
-_BREAKDOWN = PROJECTIONS.index(CONTEXT_BREAKDOWN)
+_BREAKDOWN = CONTEXT_BREAKDOWN.key
 
 
 def register(commands: Any) -> None:
@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     total_files = len(log_files(args.paths))
     sessions: dict[str, _Session] = {}
     progress = _Progress(total_files) if sys.stderr.isatty() else None
-    for session_id, event in events(args.paths):
+    for session_id, event in (
+        (log.session_id, event) for log in read_logs(args.paths) for _, event in events(log.lines())
+    ):
         if isinstance(event, BadLine):
             report.unreadable += 1
             continue
@@ -107,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(event, ChunkRun) and not state.surface_failed:
             try:
                 state.surface.fold(event)
-            except ContractError:
+            except (ContractError, RecursionError, ValueError, TypeError):
                 state.surface_failed = True
                 report.positional_errors += 1
         slot = state.record.slots[_BREAKDOWN]
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         progress.done()
     for state in sessions.values():
         report.sessions += 1
-        report.projection_faults += sum(s.fault is not None for s in state.record.slots)
+        report.projection_faults += sum(s.fault is not None for s in state.record)
         report.projection_state_bytes += len(codec.encode(state.record))
         report.per_node_checkpoint_bytes += len(orjson.dumps(state.surface.checkpoint()))
         report.max_retained_prompts = max(

@@ -1,26 +1,205 @@
-"""``stream watch``: print session updates as they arrive in Redis (one line each)."""
+"""``stream watch``: the context meter in the terminal, live from Redis pub/sub.
+
+- ``stream watch SESSION`` draws one session's meter (ring and percent, the
+  ``~used / capacity`` headline, the segmented bar, ``~`` rows, usage totals, faults)
+  and redraws it on every update;
+- ``stream watch`` shows a live table of the most recently updated sessions
+  (``{prefix}recent``, then every update seen by a ``PSUBSCRIBE``);
+- ``--json`` prints each update's raw JSON, one per line; when stdout is not a terminal
+  (or with ``--lines``) one human line per update (``describe``).
+
+Drawing is a pure function of the update (``render_meter``, ``render_sessions``); this
+module only moves updates from Redis to the screen.
+"""
 
 import argparse
+import math
 import sys
 import time
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 import orjson
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
 
-from stream.config import Settings
+from stream.config import ConfigError, Settings
+from stream.gateway.meter import Meter, bar_cells, meter
+from stream.gateway.sse import seq_of
+from stream.gateway.store import connection_options
+
+RING: Final = "○◔◑◕●"
+LEVEL_STYLE: Final = {"ok": "bold medium_purple1", "warn": "bold yellow", "high": "bold red"}
+SEGMENT_STYLE: Final = {
+    "systemTokens": "medium_purple1",
+    "toolsTokens": "orange1",
+    "messageTokens": "deep_sky_blue1",
+}
+FAULT_STYLE: Final = "bold white on red"
+BAR_WIDTH: Final = 56
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
-        "watch", help="follow session updates in Redis (REDIS_URL, REDIS_KEY_PREFIX)"
+        "watch",
+        help="the context meter of a session (or a table of recent sessions), live from Redis",
     )
-    parser.add_argument("--session", help="only this session id")
+    parser.add_argument("session", nargs="?", help="a session id (default: all sessions)")
+    parser.add_argument("--session", dest="session_option", help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help="stop after this many seconds")
-    parser.add_argument("--json", action="store_true", help="print the raw update JSON")
+    parser.add_argument("--json", action="store_true", help="print the raw update JSON lines")
+    parser.add_argument(
+        "--lines", action="store_true", help="one line per update, even on a terminal"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="sessions in the table (default 20)"
+    )
     parser.set_defaults(run=run)
 
 
-def describe(update: dict[str, Any]) -> str:
+# -- rendering (pure) --------------------------------------------------------------------
+def _n(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def ring_glyph(percent: float | None) -> str:
+    if percent is None or percent <= 0:
+        return RING[0]
+    return RING[min(4, math.ceil(percent / 25))]
+
+
+def percent_text(percent: float | None) -> str:
+    return "—" if percent is None else f"{percent:.1f}%"
+
+
+def _bar(model: Meter, width: int) -> Text:
+    segments = model.segments
+    if not segments:
+        return Text("─" * width, style="dim")
+    bar = Text()
+    for segment, cells in zip(segments, bar_cells(segments, width), strict=True):
+        bar.append("━" * cells, style=SEGMENT_STYLE[segment.key])
+    return bar
+
+
+def _headline(model: Meter) -> Text:
+    line = Text()
+    line.append(f"{ring_glyph(model.percent)} ", style=LEVEL_STYLE[model.level])
+    line.append(percent_text(model.percent), style=LEVEL_STYLE[model.level])
+    line.append("   ")
+    line.append(f"~{_n(model.used)}", style="bold")
+    line.append(f" / {_n(model.capacity)} tokens", style="dim")
+    return line
+
+
+def _subline(model: Meter) -> Text:
+    if model.pressure is None or model.used is None:
+        text = "no provider sample yet"
+    else:
+        moved = model.used - model.pressure
+        text = f"provider's last prompt {model.pressure:,}, {moved:+,} since"
+    if model.capacity is None:
+        text += " · window not reported yet"
+    return Text(text, style="dim")
+
+
+def _faults(model: Meter) -> list[Text]:
+    return [
+        Text(
+            f" ⚠ FAULT {fault.projection} at seq {_n(fault.seq)}: {fault.error} ",
+            style=FAULT_STYLE,
+        )
+        for fault in model.faults
+    ]
+
+
+def render_meter(update: Mapping[str, Any], width: int = BAR_WIDTH) -> Panel:
+    """One session's meter as a rich panel."""
+    model = meter(update)
+    rows = Text()
+    for i, row in enumerate(model.rows):
+        if i:
+            rows.append("    ")
+        rows.append("■ ", style=SEGMENT_STYLE[row.key])
+        rows.append(f"~{row.tokens:,}", style="bold")
+        rows.append(f" {row.label}", style="dim")
+    usage = Table.grid(padding=(0, 3))
+    for _ in model.usage:
+        usage.add_column(justify="left")
+    usage.add_row(*(Text(label, style="dim") for label, _ in model.usage))
+    usage.add_row(*(Text(f"{tokens:,}", style="bold") for _, tokens in model.usage))
+    parts: list[RenderableType] = [
+        *_faults(model),
+        _headline(model),
+        _subline(model),
+        _bar(model, width),
+        rows,
+        Text(""),
+        Text("billed usage", style="dim underline"),
+        usage,
+    ]
+    faulted = bool(model.faults)
+    return Panel(
+        Group(*parts),
+        title=f"[bold]{model.session_id}[/]  seq {_n(model.seq)}",
+        title_align="left",
+        border_style="red" if faulted else LEVEL_STYLE[model.level].removeprefix("bold "),
+        expand=False,
+        subtitle="[bold red]FAULTED[/]" if faulted else None,
+    )
+
+
+def render_waiting(session_id: str) -> Panel:
+    return Panel(Text(f"waiting for the first update of {session_id} …", style="dim"))
+
+
+def _ago(updated_ms: int | None, now_ms: int) -> str:
+    if updated_ms is None:
+        return "—"
+    seconds = max(0, (now_ms - updated_ms) // 1000)
+    if seconds < 60:
+        return f"{seconds}s ago"
+    if seconds < 3600:
+        return f"{seconds // 60}m ago"
+    return f"{seconds // 3600}h ago"
+
+
+def render_sessions(rows: Sequence[tuple[Mapping[str, Any], int | None]], now_ms: int) -> Table:
+    """The most recently updated sessions, in the order given: ``(update, updated ms)``."""
+    table = Table(title="recently updated sessions", title_justify="left", expand=False, box=None)
+    table.add_column("", no_wrap=True)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=40)
+    table.add_column("ctx", justify="right")
+    table.add_column("~used / capacity", justify="right")
+    table.add_column("seq", justify="right")
+    table.add_column("updated", justify="right")
+    table.add_column("faults")
+    for update, updated_ms in rows:
+        model = meter(update)
+        style = LEVEL_STYLE[model.level]
+        faults = (
+            Text(", ".join(f.projection for f in model.faults), style=FAULT_STYLE)
+            if model.faults
+            else Text("")
+        )
+        table.add_row(
+            Text(ring_glyph(model.percent), style=style),
+            model.session_id,
+            Text(percent_text(model.percent), style=style),
+            f"~{_n(model.used)} / {_n(model.capacity)}",
+            _n(model.seq),
+            _ago(updated_ms, now_ms),
+            faults,
+        )
+    if not rows:
+        table.caption = "no updates yet"
+    return table
+
+
+def describe(update: Mapping[str, Any]) -> str:
     """One human line for an update: occupancy first, then composition and usage."""
     pressure = update.get("contextPressure", {})
     breakdown = update.get("contextBreakdown", {})
@@ -44,29 +223,194 @@ def describe(update: dict[str, Any]) -> str:
     return line
 
 
+# -- Redis to screen ---------------------------------------------------------------------
+def _load(payload: bytes) -> dict[str, Any] | None:
+    try:
+        update = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    return update if isinstance(update, dict) else None
+
+
+class _Feed:
+    """The watched channel(s), resubscribed after a lost connection."""
+
+    def __init__(self, client: Any, channel: str, pattern: bool) -> None:
+        self.client = client
+        self.channel = channel
+        self.pattern = pattern
+        self.pubsub: Any = None
+
+    def open(self) -> None:
+        self.close()
+        self.pubsub = self.client.pubsub()
+        if self.pattern:
+            self.pubsub.psubscribe(self.channel)
+        else:
+            self.pubsub.subscribe(self.channel)
+        # Read the current values only once Redis confirms: nothing can fall in between.
+        while True:
+            message = self.pubsub.get_message(timeout=5.0)
+            if message is None:
+                raise ConnectionError("no subscribe confirmation from Redis")
+            if message["type"] in ("subscribe", "psubscribe"):
+                return
+
+    def poll(self, timeout: float) -> tuple[str, bytes] | None:
+        message = self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
+        if message is None or message["type"] not in ("message", "pmessage"):
+            return None
+        channel = message["channel"]
+        return channel.decode(errors="replace"), message["data"]
+
+    def close(self) -> None:
+        if self.pubsub is not None:
+            self.pubsub.close()
+            self.pubsub = None
+
+
+def _follow(
+    feed: _Feed,
+    resync: Callable[[], None],
+    handle: Callable[[str, bytes], None],
+    tick: Callable[[], None],
+    deadline: float | None,
+) -> None:
+    """Pump updates into ``handle`` until the deadline, reconnecting on Redis errors."""
+    import redis
+
+    connected = False
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            if not connected:
+                feed.open()
+                resync()
+                connected = True
+            message = feed.poll(0.25)
+            if message is not None:
+                handle(*message)
+        except (redis.RedisError, OSError) as error:
+            connected = False
+            print(f"stream watch: Redis connection lost ({error}); retrying", file=sys.stderr)
+            time.sleep(1.0)
+        tick()
+    feed.close()
+
+
 def run(args: argparse.Namespace) -> int:
     import redis
 
-    settings = Settings.from_env()
-    client = redis.Redis.from_url(settings.redis_url)
-    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-    if args.session:
-        pubsub.subscribe(settings.session_key(args.session))
-    else:
-        pubsub.psubscribe(settings.session_key("*"))
-    deadline = None if args.seconds is None else time.monotonic() + args.seconds
-    out = sys.stdout
     try:
-        while deadline is None or time.monotonic() < deadline:
-            message = pubsub.get_message(timeout=0.5)
-            if message is None:
-                continue
-            data = message["data"]
-            if args.json:
-                out.write(data.decode() + "\n")
-            else:
-                out.write(f"{time.strftime('%H:%M:%S')} {describe(orjson.loads(data))}\n")
-            out.flush()
-    finally:
-        pubsub.close()
+        settings = Settings.from_env()
+    except ConfigError as error:
+        print(f"stream: configuration error: {error}", file=sys.stderr)
+        return 2
+    client = redis.Redis.from_url(settings.redis_url, **connection_options(settings))
+    deadline = None if args.seconds is None else time.monotonic() + args.seconds
+    live = not args.json and not args.lines and sys.stdout.isatty()
+    session = args.session or args.session_option
+    if session:
+        _watch_session(client, settings, session, args, live, deadline)
+    else:
+        _watch_all(client, settings, args, live, deadline)
     return 0
+
+
+def _print_line(args: argparse.Namespace, payload: bytes, update: Mapping[str, Any]) -> None:
+    if args.json:
+        sys.stdout.write(payload.decode() + "\n")
+    else:
+        sys.stdout.write(f"{time.strftime('%H:%M:%S')} {describe(update)}\n")
+    sys.stdout.flush()
+
+
+def _watch_session(
+    client: Any,
+    settings: Settings,
+    session_id: str,
+    args: argparse.Namespace,
+    live: bool,
+    deadline: float | None,
+) -> None:
+    key = settings.redis_layout.session_key(session_id)
+    feed = _Feed(client, key, pattern=False)
+    last: list[int] = []  # the seq shown last (a list: closures below update it)
+    display = Live(render_waiting(session_id), console=Console(), auto_refresh=False)
+
+    def show(payload: bytes) -> None:
+        update, seq = _load(payload), seq_of(payload)
+        if update is None or seq is None or (last and seq <= last[0]):
+            return  # not an update, or one already shown (a repair republish, a resync)
+        last[:] = [seq]
+        if live:
+            display.update(render_meter(update), refresh=True)
+        else:
+            _print_line(args, payload, update)
+
+    def resync() -> None:
+        current = client.hget(key, "update")
+        if current is not None:
+            show(current)
+
+    if live:
+        with display:
+            _follow(feed, resync, lambda _, payload: show(payload), lambda: None, deadline)
+    else:
+        _follow(feed, resync, lambda _, payload: show(payload), lambda: None, deadline)
+
+
+def _watch_all(
+    client: Any,
+    settings: Settings,
+    args: argparse.Namespace,
+    live: bool,
+    deadline: float | None,
+) -> None:
+    layout = settings.redis_layout
+    feed = _Feed(client, layout.session_pattern, pattern=True)
+    limit = max(1, args.limit)
+    rows: dict[str, tuple[dict[str, Any], int | None]] = {}
+    drawn = [0.0]  # when the table was last drawn (monotonic)
+    display = Live(render_sessions([], 0), console=Console(), auto_refresh=False)
+
+    def draw() -> None:
+        ordered = sorted(rows.values(), key=lambda row: row[1] or 0, reverse=True)[:limit]
+        display.update(render_sessions(ordered, int(time.time() * 1000)), refresh=True)
+        drawn[0] = time.monotonic()
+
+    def resync() -> None:
+        recent = client.zrevrange(layout.recent_key, 0, limit - 1, withscores=True)
+        ids = [raw.decode(errors="replace") for raw, _ in recent]
+        pipe = client.pipeline(transaction=False)
+        for session_id in ids:
+            pipe.hget(layout.session_key(session_id), "update")
+        for session_id, (_, score), payload in zip(ids, recent, pipe.execute(), strict=True):
+            update = None if payload is None else _load(payload)
+            if update is not None:
+                rows[session_id] = (update, int(score))
+        if live:
+            draw()
+
+    def handle(channel: str, payload: bytes) -> None:
+        session_id = layout.session_id_of(channel)
+        update = _load(payload)
+        if session_id is None or update is None:
+            return
+        if not live:
+            _print_line(args, payload, update)
+            return
+        rows[session_id] = (update, int(time.time() * 1000))
+        if len(rows) > 4 * limit:  # keep memory bounded: forget the stalest
+            for stale, _ in sorted(rows.items(), key=lambda r: r[1][1] or 0)[: len(rows) - limit]:
+                del rows[stale]
+
+    def tick() -> None:
+        if live and time.monotonic() - drawn[0] >= 0.2:  # at most 5 redraws a second
+            draw()
+
+    if live:
+        with display:
+            _follow(feed, resync, handle, tick, deadline)
+    else:
+        # Lines mode prints what arrives from now on, as before (no recent sessions).
+        _follow(feed, lambda: None, handle, tick, deadline)

@@ -1,1 +1,2 @@
-"""The event contract (SPEC §1): parse and validate events, decode dsh storage rows."""
+"""The event contract (contract: "Events", "Validation", "Session logs"): parse and validate
+events, decode dsh storage rows."""

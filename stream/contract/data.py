@@ -1,4 +1,4 @@
-"""Readers for the per-type ``data`` the projections use (SPEC §1).
+"""Readers for the per-type ``data`` the projections use (contract: "Events", "Validation").
 
 Each reader validates exactly what it returns and raises ``ContractError`` otherwise, so a
 projection that reads a field is the one that faults on it.
@@ -148,7 +148,7 @@ def envelope(event: Event) -> tuple[str | None, list[Any] | None]:
 
 
 def metering(event: Event) -> Metering:
-    """The shadow price a ``compaction/*`` event arms (SPEC §3)."""
+    """The shadow price a ``compaction/*`` event arms (contract: "The shadow-price claim")."""
     where = f"{event.type} at seq {event.seq}"
     shadowed = _object(f"{where}: data.shadowedRange", event.data.get("shadowedRange"))
     return Metering(

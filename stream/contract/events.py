@@ -1,4 +1,4 @@
-"""One session event, read and checked at the envelope (SPEC §1).
+"""One session event, read and checked at the envelope (contract: "Events", "Validation").
 
 ``read_event`` separates three outcomes:
 - not an event at all (not an object, no usable ``seq``): ``Unreadable`` — dead-lettered;
@@ -12,7 +12,7 @@ Per-type ``data`` is validated later by the projection that reads it (``contract
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from stream.contract.errors import Unreadable
+from stream.contract.errors import Unreadable, brief
 
 SURFACE_TYPES: Final = frozenset(
     {"system/message", "user/message", "assistant/message", "tool/result"}
@@ -74,21 +74,16 @@ def _read_op(raw: Any) -> tuple[SurfaceOp | None, str | None]:
     if raw == APPEND:
         return APPEND, None
     if type(raw) is not dict or raw.get("op") != "replace" or len(raw) != 3:
-        return None, f"carries an invalid surfaceOp {_brief(raw)}"
+        return None, f"carries an invalid surfaceOp {brief(raw)}"
     if "start" in raw and "end" in raw:  # format v0
         start, end = as_count(raw["start"]), as_count(raw["end"])
     elif "startSeq" in raw and "endSeq" in raw:  # format v3
         start, end = as_count(raw["startSeq"]), as_count(raw["endSeq"])
     else:
-        return None, f"carries an invalid replace surfaceOp {_brief(raw)}"
+        return None, f"carries an invalid replace surfaceOp {brief(raw)}"
     if start is None or end is None:
-        return None, f"has replace ends that are not non-negative integers: {_brief(raw)}"
+        return None, f"has replace ends that are not non-negative integers: {brief(raw)}"
     return Replace(start, end), None
-
-
-def _brief(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_event(raw: Any) -> Event:
@@ -121,12 +116,12 @@ def read_event(raw: Any) -> Event:
 def _read_event_slowly(raw: dict[str, Any]) -> Event:
     seq = as_count(raw.get("seq"))
     if seq is None:
-        raise Unreadable(f"event has no usable seq: {_brief(raw.get('seq'))}")
+        raise Unreadable(f"event has no usable seq: {brief(raw.get('seq'))}")
     kind = raw.get("type")
     data = raw.get("data")
     error = None
     if type(kind) is not str:
-        error, kind = f"event type must be a string, got {_brief(kind)}", ""
+        error, kind = f"event type must be a string, got {brief(kind)}", ""
     elif type(data) is not dict:
         error = f"{kind} at seq {seq}: data must be an object"
     elif not _is_integer(raw.get("time")):

@@ -1,4 +1,4 @@
-"""dsh JSONL persistence: the header line and packed chunk rows (SPEC §1).
+"""dsh JSONL persistence: the header line and packed chunk rows (contract: "Session logs").
 
 A log stores runs of ``assistant/chunk`` deltas as one row (``text-chunks``,
 ``reasoning-chunks``, ``tool-call-chunks``) standing for ``len(texts|args)`` consecutive

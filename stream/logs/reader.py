@@ -1,8 +1,9 @@
 """Read dsh session logs: files or directories, plain or zstd, header or not.
 
 The session id comes from the header line, else from the file name without extensions.
-Lines that cannot be read are reported with their position and skipped: one torn line
-(a crash mid-append) must not hide the rest of a session.
+Lines that cannot be read are reported with their line number and skipped: one torn
+line (a crash mid-append) must not hide the rest of a session. This package only reads;
+folding what it reads is ``session.offline``'s job.
 """
 
 import io
@@ -14,22 +15,13 @@ from typing import IO, Any
 from stream.contract.errors import Unreadable
 from stream.contract.jsontext import loads
 from stream.contract.storage import decode_line, session_id_of
+from stream.session.offline import BadLine
 
 LOG_SUFFIXES = (".jsonl", ".jsonl.zstd", ".jsonl.zst")
 
 
 class LogError(OSError):
     """A path that cannot be read as a session log at all."""
-
-
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    path: str
-    line: int
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: unreadable: {self.reason}"
 
 
 def is_log(path: Path) -> bool:
@@ -72,13 +64,14 @@ def _open(path: Path) -> IO[bytes]:
 
 @dataclass(slots=True)
 class SessionLog:
-    """One log file, read lazily: ``events()`` yields raw event objects in order."""
+    """One log file, read lazily."""
 
     path: Path
     session_id: str
 
-    def events(self) -> Iterator[Any | BadLine]:
-        """Raw event objects, ``ChunkRun``s for packed rows, ``BadLine``s for the unreadable."""
+    def lines(self) -> Iterator[tuple[int, Any]]:
+        """``(line number, value)``: a raw event object, a ``ChunkRun`` for a packed row,
+        or a ``BadLine`` for a line that is not JSON or not a valid storage row."""
         with _open(self.path) as stream:
             try:
                 for number, line in enumerate(stream, 1):
@@ -88,13 +81,17 @@ class SessionLog:
                         value = loads(line)
                         if number == 1 and session_id_of(value) is not None:
                             continue
-                        yield decode_line(value)
+                        yield number, decode_line(value)
                     except Unreadable as error:
-                        yield BadLine(str(self.path), number, str(error))
+                        yield number, BadLine(number, str(error))
             except Exception as error:  # zstd frame errors, I/O errors mid-file
                 if isinstance(error, LogError):
                     raise
                 raise LogError(f"{self.path}: {error}") from None
+
+    def where(self, bad: BadLine) -> str:
+        """A bad line as an editor would point at it: ``path:line: unreadable: reason``."""
+        return f"{self.path}:{bad.line}: unreadable: {bad.reason}"
 
 
 def open_log(path: Path) -> SessionLog:
@@ -113,3 +110,9 @@ def open_log(path: Path) -> SessionLog:
         if found is not None:
             session_id = found
     return SessionLog(path, session_id)
+
+
+def read_logs(paths: list[str]) -> Iterator[SessionLog]:
+    """Every log under ``paths``, opened, in file order."""
+    for path in log_files(paths):
+        yield open_log(path)

@@ -3,12 +3,12 @@
 Uses librdkafka with the ``murmur2_random`` partitioner (the Java client's), so our keys
 land where Java producers would put them; idempotence keeps per-partition order across
 retries. ``segment`` packs up to N consecutive events of a session into one JSON array.
+Returns a report; printing is the command's job.
 """
 
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Producer
@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 from stream.config import Settings
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
-from stream.logs.reader import BadLine
-from stream.logs.replay import raw_events
+from stream.logs.reader import read_logs
+from stream.session.offline import BadLine
 
 
 def producer(settings: Settings, **extra: Any) -> Producer:
@@ -31,31 +31,34 @@ def producer(settings: Settings, **extra: Any) -> Producer:
     return Producer(conf | extra)
 
 
-def segments(paths: list[str], size: int) -> Iterator[tuple[str, list[Any]]]:
-    """(session id, up to ``size`` consecutive raw events) in log order."""
-    current: str | None = None
-    pending: list[Any] = []
-    for session_id, _, item in raw_events(paths):
-        if isinstance(item, BadLine):
-            print(f"stream produce: skipped {item}", file=sys.stderr)
-            continue
-        items = item.events() if isinstance(item, ChunkRun) else [item]
-        for event in items:
-            if session_id != current or len(pending) >= size:
-                if pending and current is not None:
-                    yield current, pending
-                current, pending = session_id, []
-            pending.append(event)
-    if pending and current is not None:
-        yield current, pending
-
-
 @dataclass
 class ProduceReport:
     messages: int = 0
     events: int = 0
     failed: int = 0
     seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # unreadable lines, path:line: reason
+    errors: list[str] = field(default_factory=list)  # first delivery errors
+
+
+def segments(
+    paths: list[str], size: int, skipped: list[str] | None = None
+) -> Iterator[tuple[str, list[Any]]]:
+    """(session id, up to ``size`` consecutive raw events) in log order."""
+    for log in read_logs(paths):
+        pending: list[Any] = []
+        for _, item in log.lines():
+            if type(item) is BadLine:
+                if skipped is not None:
+                    skipped.append(log.where(item))
+                continue
+            for event in item.events() if type(item) is ChunkRun else [item]:
+                pending.append(event)
+                if len(pending) >= size:
+                    yield log.session_id, pending
+                    pending = []
+        if pending:
+            yield log.session_id, pending
 
 
 def produce(
@@ -64,20 +67,21 @@ def produce(
     segment: int = 1,
     rate: float | None = None,
     topic: str | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> ProduceReport:
+    """Produce the logs; ``progress(events)`` is called as events are handed over."""
     report = ProduceReport()
-    errors: list[str] = []
 
     def delivered(error: Any, _message: Any) -> None:
         if error is not None:
             report.failed += 1
-            if len(errors) < 5:
-                errors.append(str(error))
+            if len(report.errors) < 5:
+                report.errors.append(str(error))
 
     client = producer(settings)
     target = topic or settings.input_topic
     started = time.monotonic()
-    for session_id, events in segments(paths, max(segment, 1)):
+    for session_id, events in segments(paths, max(segment, 1), report.skipped):
         value = dumps(events[0]) if segment <= 1 else dumps(events)
         while True:
             try:
@@ -93,6 +97,8 @@ def produce(
         client.poll(0)
         report.messages += 1
         report.events += len(events)
+        if progress is not None:
+            progress(len(events))
         if rate:
             ahead = report.events / rate - (time.monotonic() - started)
             if ahead > 0:
@@ -101,7 +107,5 @@ def produce(
     report.seconds = time.monotonic() - started
     if remaining:
         report.failed += remaining
-        errors.append(f"{remaining} messages still undelivered after 60 s")
-    for error in errors:
-        print(f"stream produce: delivery failed: {error}", file=sys.stderr)
+        report.errors.append(f"{remaining} messages still undelivered after 60 s")
     return report

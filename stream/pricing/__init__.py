@@ -1,1 +1,1 @@
-"""Heuristic token pricing (SPEC §2): the only home of the pricing constants."""
+"""Heuristic token pricing (contract: "Pricing"): the only home of the pricing constants."""

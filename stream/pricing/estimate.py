@@ -1,4 +1,6 @@
-"""The fixed-density heuristic estimator (SPEC §2), priced exactly as the reference does.
+"""The fixed-density heuristic estimator, priced exactly as the reference does.
+
+Contract: "Pricing".
 
 Every consumer (the projections, the positional X-ray, the tools) prices through this
 module, so the same content is always the same number of tokens. The estimator

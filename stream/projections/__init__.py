@@ -1,1 +1,2 @@
-"""The three projections of SPEC §4, the shared claim fold, and the positional X-ray."""
+"""The three projections (contract: "Projections"), the shared claim fold, and the positional
+X-ray (contract: "The positional X-ray")."""

@@ -28,3 +28,30 @@ class Projection(Protocol):
     def encode(self, state: Any) -> list[Any]: ...
 
     def decode(self, raw: list[Any]) -> Any: ...
+
+
+class StateError(ValueError):
+    """A stored state that does not fit its projection's schema (validate, then commit)."""
+
+
+def integer(raw: Any, what: str, minimum: int | None = None) -> int:
+    if type(raw) is not int or (minimum is not None and raw < minimum):
+        floor = "" if minimum is None else f" >= {minimum}"
+        raise StateError(f"{what} must be an integer{floor}, got {type(raw).__name__}")
+    return raw
+
+
+def optional_integer(raw: Any, what: str, minimum: int | None = None) -> int | None:
+    return None if raw is None else integer(raw, what, minimum)
+
+
+def fields(raw: Any, count: int, what: str) -> list[Any]:
+    if type(raw) is not list or len(raw) != count:
+        raise StateError(f"{what} must be a list of {count}")
+    return raw
+
+
+def integers(raw: Any, what: str, minimum: int | None = None) -> list[int]:
+    if type(raw) is not list:
+        raise StateError(f"{what} must be a list of integers")
+    return [integer(value, what, minimum) for value in raw]

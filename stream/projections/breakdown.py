@@ -1,4 +1,6 @@
-"""contextBreakdown: what fills the context — system prompt, tool schemas, messages (seed 000).
+"""contextBreakdown: what fills the context — system prompt, tool schemas, messages.
+
+Contract: "contextBreakdown"; background: docs/notes/007.
 
 State version 6 retains only the surviving system prompts ``(seq, price)`` in surface
 order, one running surface total, and at most one claim that also remembers which
@@ -12,6 +14,7 @@ from stream.contract.data import envelope, metering, shadowed_seqs
 from stream.contract.errors import ContractError
 from stream.contract.events import APPEND, METERING_TYPES, Event, Replace
 from stream.pricing.estimate import price_envelope_system, price_envelope_tools
+from stream.projections.base import StateError, fields, integer, integers
 from stream.projections.claim import check_claim, surface_price
 
 Prompt = tuple[int, int]  # (seq, price)
@@ -60,12 +63,15 @@ def _replace(
             f"system/message at seq {event.seq} replaces range {op.start}-{op.end}, which is"
             " not exactly one retained system prompt"
         )
-    return 0, state.prompts  # unmetered, unpriced: neutral (seed 003)
+    return 0, state.prompts  # unmetered, unpriced: neutral (docs/notes/009)
 
 
 class ContextBreakdown:
     key = "contextBreakdown"
     version = 6
+    # Retained prompts are the one part of the state that grows with the log; past this
+    # many the projection faults instead of letting one session's row outgrow a record.
+    max_prompts = 1_000
 
     def init(self) -> BreakdownState:
         return BreakdownState()
@@ -90,6 +96,11 @@ class ContextBreakdown:
             if op == APPEND:
                 delta = price
                 if kind == "system/message":
+                    if len(prompts) >= self.max_prompts:
+                        raise ContractError(
+                            f"system/message at seq {event.seq} would retain more than"
+                            f" {self.max_prompts:,} system prompts (STREAM_MAX_SYSTEM_PROMPTS)"
+                        )
                     prompts = (*prompts, (event.seq, price))
             else:
                 assert isinstance(op, Replace)
@@ -130,16 +141,20 @@ class ContextBreakdown:
         ]
 
     def decode(self, raw: list[Any]) -> BreakdownState:
-        tools, header_system, surface, flat, claim = raw
-        prompts = tuple(zip(flat[::2], flat[1::2], strict=True))
+        tools, header_system, surface, flat, claim = fields(raw, 5, "contextBreakdown state")
+        flat = integers(flat, "retained prompts", 0)
+        if len(flat) % 2:
+            raise StateError("retained prompts must be (seq, price) pairs")
+        if claim is not None:
+            start, end, tokens, named = fields(claim, 4, "claim")
+            s, e, t = integers([start, end, tokens], "claim", 0)
+            claim = BreakdownClaim(s, e, t, tuple(integers(named, "claim prompts", 0)))
         return BreakdownState(
-            tools,
-            header_system,
-            surface,
-            prompts,
-            None
-            if claim is None
-            else BreakdownClaim(claim[0], claim[1], claim[2], tuple(claim[3])),
+            integer(tools, "toolsTokens", 0),
+            integer(header_system, "headerSystemTokens", 0),
+            integer(surface, "surfaceTokens"),
+            tuple(zip(flat[::2], flat[1::2], strict=True)),
+            claim,
         )
 
 

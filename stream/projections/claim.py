@@ -1,4 +1,6 @@
-"""The shadow-price claim (SPEC §3), shared by the two surface projections.
+"""The shadow-price claim, shared by the two surface projections.
+
+Contract: "The shadow-price claim".
 
 A ``compaction/summary`` or ``compaction/prune`` states the heuristic price of the exact
 range the very next event replaces. Keeping only that one pending claim (not per-node
@@ -46,7 +48,7 @@ def surface_delta(claim: Claim | None, event: Event, price: int) -> int:
 
     A replace without a claim (never armed, or expired by an intervening event) folds at
     zero: O(1) state cannot price the replaced range, and historical logs must stay
-    replayable (seed 003). The total drifts in the safe direction.
+    replayable (docs/notes/009). The total drifts in the safe direction.
     """
     op = event.op
     if op == APPEND:

@@ -1,4 +1,6 @@
-"""The positional surface fold: the ``measure()`` X-ray, not a projection (SPEC §4, seed 001).
+"""The positional surface fold: the ``measure()`` X-ray, not a projection.
+
+Contract: "The positional X-ray"; background: docs/notes/008.
 
 It keeps every surface node ``(seq, type, price, system)`` in surface order, so it can
 price any replacement exactly — and that is why the projections do not use it: its size

@@ -1,4 +1,6 @@
-"""contextPressure: how full the next request's context window will be (SPEC §4).
+"""contextPressure: how full the next request's context window will be.
+
+Contract: "contextPressure".
 
 The provider's last usage sample is exact but only moves when a request reports; the
 surface can change in between (a compaction shrinks it). So the state keeps a running
@@ -12,6 +14,7 @@ from typing import Any, NamedTuple
 from stream.contract.data import context_window, metering, usage_sample
 from stream.contract.errors import ContractError
 from stream.contract.events import METERING_TYPES, Event
+from stream.projections.base import fields, integer, integers, optional_integer
 from stream.projections.claim import Claim, surface_delta, surface_price
 
 
@@ -68,9 +71,13 @@ class ContextPressure:
         return [*state[:4], None if state.claim is None else list(state.claim)]
 
     def decode(self, raw: list[Any]) -> PressureState:
-        surface, window, pressure, sampled, claim = raw
+        surface, window, pressure, sampled, claim = fields(raw, 5, "contextPressure state")
         return PressureState(
-            surface, window, pressure, sampled, None if claim is None else Claim(*claim)
+            integer(surface, "surfaceTokens"),
+            optional_integer(window, "contextWindow", 1),
+            optional_integer(pressure, "pressureTokens", 0),
+            optional_integer(sampled, "sampledSurfaceTokens"),
+            None if claim is None else Claim(*integers(fields(claim, 3, "claim"), "claim", 0)),
         )
 
 

@@ -1,4 +1,4 @@
-"""tokenUsage: running totals of provider-reported usage (SPEC §4).
+"""tokenUsage: running totals of provider-reported usage (contract: "tokenUsage").
 
 A usage chunk gives an early sample that survives a failed request; the final
 ``assistant/message`` of the same (turn, step) then replaces that contribution instead of
@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from stream.contract.data import Usage, usage_sample
 from stream.contract.errors import ContractError
 from stream.contract.events import Event
+from stream.projections.base import fields, integers, optional_integer
 
 ZERO = Usage(0, 0, 0, 0)
 
@@ -65,10 +66,16 @@ class TokenUsage:
         return [list(state.totals), None if last is None else [last[0], last[1], *last[2]]]
 
     def decode(self, raw: list[Any]) -> UsageState:
-        totals, last = raw
-        return UsageState(
-            Usage(*totals), None if last is None else (last[0], last[1], Usage(*last[2:]))
-        )
+        totals, last = fields(raw, 2, "tokenUsage state")
+        sample = None
+        if last is not None:
+            turn, step, *numbers = fields(last, 6, "last sample")
+            sample = (
+                optional_integer(turn, "turn"),
+                optional_integer(step, "step"),
+                Usage(*integers(numbers, "last sample", 0)),
+            )
+        return UsageState(Usage(*integers(fields(totals, 4, "totals"), "totals")), sample)
 
 
 TOKEN_USAGE = TokenUsage()

@@ -1,36 +1,120 @@
-"""Redis: the latest update per session, published on the session's channel.
+"""Redis: the latest update per session, published on the session's channel, and totals.
 
-Key (and channel) ``{REDIS_KEY_PREFIX}session:{sessionId}`` is a hash:
-``update`` (the JSON update), ``gen`` (rebuild generation) and ``seq``. A Lua script
-writes and publishes atomically, and only if ``(gen, seq)`` is not older than what is
-stored: a slow or zombie worker cannot move a UI backwards. One pipeline per batch.
+Two Lua scripts write atomically and only forward (layout in ``publish.layout``):
+
+- a session update is stored and published only if its version ``(gen, seq, n)`` is not
+  older than the stored one (``n``: events the session has accounted for), so a slow or
+  zombie worker cannot move a UI backwards; an identical version is a no-op (re-seeds and
+  redelivered batches publish nothing twice). The session's tally is kept beside it, and
+  the stats hash moves by the difference: totals are the sum of what the state holds,
+  exact under redelivery, re-seeds and restarts, never double-counted.
+- a partition's dead-letter count is kept the same way.
+
+Errors are sorted: a connection that fails is transient (the caller retries), anything
+Redis answers with (bad password, WRONGTYPE on a foreign key, a script error) is permanent
+and must stop the worker loudly rather than loop.
 """
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis import exceptions as rx
 
 from stream.config import Settings
 
-# KEYS[1]: session key (= channel). ARGV: gen, seq, update JSON, ttl seconds (0: none).
-GUARDED_WRITE = """
-local stored = redis.call('HMGET', KEYS[1], 'gen', 'seq')
+# KEYS: session key (= channel), tallies hash, stats hash, recent zset
+# ARGV: gen, seq, n, update JSON, ttl seconds (0: none), now ms, session id, "f d x"
+SESSION_WRITE = """
+local stored = redis.call('HMGET', KEYS[1], 'gen', 'seq', 'n')
+local gen, seq, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if stored[1] then
-  local gen, new_gen = tonumber(stored[1]), tonumber(ARGV[1])
-  if new_gen < gen or (new_gen == gen and tonumber(ARGV[2]) < tonumber(stored[2])) then
-    return 0
-  end
+  local g0, s0, n0 = tonumber(stored[1]), tonumber(stored[2]), tonumber(stored[3] or '0')
+  if gen < g0 or (gen == g0 and (seq < s0 or (seq == s0 and n < n0))) then return 0 end
+  if gen == g0 and seq == s0 and n == n0 then return 2 end
 end
-redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'seq', ARGV[2], 'update', ARGV[3])
-if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
-redis.call('PUBLISH', KEYS[1], ARGV[3])
+local old = redis.call('HGET', KEYS[2], ARGV[7])
+local o = {0, 0, 0}
+if old then
+  local i = 1
+  for v in string.gmatch(old, '%S+') do o[i] = tonumber(v); i = i + 1 end
+end
+local names = {'folded', 'duplicate', 'faulted'}
+local i = 1
+for v in string.gmatch(ARGV[8], '%S+') do
+  local d = tonumber(v) - o[i]
+  if d ~= 0 then redis.call('HINCRBY', KEYS[3], names[i], d) end
+  i = i + 1
+end
+redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
+redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'seq', ARGV[2], 'n', ARGV[3], 'update', ARGV[4])
+if tonumber(ARGV[5]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
+redis.call('PUBLISH', KEYS[1], ARGV[4])
 return 1
 """
 
+# KEYS: dead-letter hash, stats hash. ARGV: field (topic:partition), gen, count
+DEAD_WRITE = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+local g0, c0 = 0, 0
+if old then
+  local sep = string.find(old, ' ')
+  g0, c0 = tonumber(string.sub(old, 1, sep - 1)), tonumber(string.sub(old, sep + 1))
+end
+local gen, count = tonumber(ARGV[2]), tonumber(ARGV[3])
+if gen < g0 or (gen == g0 and count <= c0) then return 0 end
+if gen > g0 then c0 = 0 end
+redis.call('HINCRBY', KEYS[2], 'dead_lettered', count - c0)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+return 1
+"""
+
+TRANSIENT = (
+    rx.ConnectionError,
+    rx.TimeoutError,
+    rx.BusyLoadingError,
+    rx.ReadOnlyError,  # a failover in progress: the new primary takes writes soon
+    rx.TryAgainError,
+    rx.ClusterDownError,
+    OSError,
+)
+
+
+class PermanentRedisError(RuntimeError):
+    """Redis refused in a way retrying cannot fix; the message says what to change."""
+
+
+def is_transient(error: BaseException) -> bool:
+    if isinstance(error, rx.AuthenticationError | rx.AuthorizationError):
+        return False  # subclasses of ConnectionError/ResponseError, but no retry helps
+    return isinstance(error, TRANSIENT)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdate:
+    session_id: str
+    gen: int
+    seq: int
+    tally: tuple[int, int, int]  # folded, duplicate, faulted
+    payload: bytes  # the update JSON
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        return (self.gen, self.seq, sum(self.tally))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadCount:
+    topic: str
+    partition: int
+    gen: int
+    count: int
+
 
 def connect(settings: Settings) -> "aioredis.Redis":
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"health_check_interval": 15, "socket_connect_timeout": 5}
     if settings.redis_username:
         options["username"] = settings.redis_username
     if settings.redis_password:
@@ -41,37 +125,68 @@ def connect(settings: Settings) -> "aioredis.Redis":
 
 
 class RedisSink:
+    """Writes batches of updates and dead-letter counts, one round trip per batch."""
+
     def __init__(self, settings: Settings, client: "aioredis.Redis | None" = None) -> None:
         self.settings = settings
+        self.layout = settings.redis_layout
         self.client = client or connect(settings)
-        self.script = self.client.register_script(GUARDED_WRITE)
+        self.session_script = self.client.register_script(SESSION_WRITE)
+        self.dead_script = self.client.register_script(DEAD_WRITE)
 
-    async def publish(
-        self, updates: Iterable[tuple[str, int, bytes]], counts: dict[str, int]
-    ) -> int:
-        """Write ``(session id, seq, update JSON)`` guarded; add ``counts`` to the stats.
+    async def write(
+        self, updates: Iterable[SessionUpdate], dead: Iterable[DeadCount] = (), now_ms: int = 0
+    ) -> list[int]:
+        """Write guarded; returns per update 1 (written), 2 (already there), 0 (older).
 
-        Returns how many writes the guard accepted.
+        Raises ``PermanentRedisError`` for errors no retry fixes; transient errors
+        propagate as they are (``is_transient``) for the caller's retry.
         """
-        settings = self.settings
-        # MULTI/EXEC: a retried batch never half-counts (the guarded writes are idempotent).
-        pipe = self.client.pipeline(transaction=True)
-        written = 0
-        for session_id, seq, payload in updates:
-            await self.script(
-                keys=[settings.session_key(session_id)],
-                args=[settings.generation, seq, payload, settings.redis_ttl_seconds],
+        layout = self.layout
+        pipe = self.client.pipeline(transaction=False)
+        count = 0
+        for u in updates:
+            await self.session_script(
+                keys=[
+                    layout.session_key(u.session_id),
+                    layout.tallies_key,
+                    layout.stats_key,
+                    layout.recent_key,
+                ],
+                args=[
+                    u.gen,
+                    u.seq,
+                    sum(u.tally),
+                    u.payload,
+                    self.settings.redis_ttl_seconds,
+                    now_ms,
+                    u.session_id,
+                    " ".join(map(str, u.tally)),
+                ],
                 client=pipe,
             )
-            written += 1
-        for name, value in counts.items():
-            if value:
-                pipe.hincrby(settings.redis_stats_key, name, value)
-                pipe.hincrby(settings.redis_worker_stats_key, name, value)
-        if not written and not any(counts.values()):
-            return 0
-        results = await pipe.execute()
-        return sum(1 for r in results[:written] if r == 1)
+            count += 1
+        for d in dead:
+            await self.dead_script(
+                keys=[layout.dead_key, layout.stats_key],
+                args=[f"{d.topic}:{d.partition}", d.gen, d.count],
+                client=pipe,
+            )
+        if not len(pipe):
+            return []
+        try:
+            results = await pipe.execute(raise_on_error=True)
+        except Exception as error:
+            if is_transient(error):
+                raise
+            raise PermanentRedisError(f"Redis refused the write: {error}") from error
+        return [int(r) for r in results[:count]]
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.client.ping())
+        except Exception:
+            return False
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -2,22 +2,57 @@
 
 Pure: rows come in through ``load`` and go out in the result, so the worker's Faust glue
 stays thin and this logic is tested without a broker. Every input event ends up in
-exactly one count — folded, duplicate, faulted or dead-lettered — so the counts add up to
-what was produced.
+exactly one count — folded, duplicate, faulted or dead-lettered — and the counts live in
+the rows themselves (per session, and per partition for dead letters), stamped with the
+highest input offset they cover: a message redelivered after a crash refolds (repairing
+whatever the crash lost) but is not counted twice.
+
+Nothing in here may stop a partition: hostile input is bounded by ``Limits`` and
+dead-lettered with a reason, and an error nobody foresaw while folding one message
+quarantines that message (dead-lettered with the exception) and the batch goes on.
 """
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
-from stream.contract.errors import Unreadable
+import orjson
+
+from stream.contract.errors import MAX_ERROR_CHARS, Unreadable, safe_text
 from stream.contract.events import Event, read_event
 from stream.contract.jsontext import dumps, loads
 from stream.contract.storage import ChunkRun, decode_line
 from stream.session import codec
-from stream.session.processor import Fault, Outcome, SessionRecord, process, update
+from stream.session.processor import (
+    Outcome,
+    SessionRecord,
+    Tally,
+    fault,
+    process,
+    process_run,
+    update,
+)
 
 M = TypeVar("M")  # the transport's message handle (a Faust event in the worker)
+
+# The partition's own row (dead-letter accounting). 0xff never occurs in UTF-8, so no
+# session id can collide with it.
+PARTITION_KEY: Final = b"\xff"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what one input may cost; past them input is dead-lettered with a reason.
+
+    Defaults fit Kafka's default 1 MiB record limit, so every record the worker produces
+    (rows, updates, dead letters) stays under the producer's request size.
+    """
+
+    message_bytes: int = 1_000_000
+    key_bytes: int = 1_024
+    segment_events: int = 10_000
+    error_chars: int = MAX_ERROR_CHARS
+    dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +75,19 @@ class DeadLetter:
     partition: int
     offset: int
     index: int | None = None  # position inside a segment, when only one element was bad
+    size: int | None = None  # original value size when ``value`` was cut to fit
 
     def headers(self) -> list[tuple[str, bytes]]:
         found = [
             ("reason", self.reason.encode()),
-            ("source-topic", self.topic.encode()),
+            ("source-topic", self.topic.encode("utf-8", "backslashreplace")),
             ("source-partition", str(self.partition).encode()),
             ("source-offset", str(self.offset).encode()),
         ]
         if self.index is not None:
             found.append(("segment-index", str(self.index).encode()))
+        if self.size is not None:
+            found.append(("original-bytes", str(self.size).encode()))
         return found
 
 
@@ -66,6 +104,11 @@ class Counts:
         self.faulted += other.faulted
         self.dead_lettered += other.dead_lettered
 
+    def add_tally(self, tally: Tally, sign: int = 1) -> None:
+        self.folded += sign * tally.folded
+        self.duplicate += sign * tally.duplicate
+        self.faulted += sign * tally.faulted
+
     def as_dict(self) -> dict[str, int]:
         return {
             "folded": self.folded,
@@ -81,118 +124,288 @@ class Counts:
 
 @dataclass(slots=True)
 class SessionChange(Generic[M]):
-    """What one batch did to one session."""
+    """What one batch did to one session: its new row and the update to publish."""
 
     session_id: str
-    handle: M  # the last message of this session: its partition is the row's partition
+    key: bytes  # table and output-topic key
+    handle: M  # a message of this session in this partition: routes the row's write
     row: bytes
     update: dict[str, Any]
+    tally: Tally  # the session's totals after the batch (published with the update)
+
+
+@dataclass(slots=True)
+class PartitionChange(Generic[M]):
+    """The partition row: dead letters accounted so far, and the offset they cover."""
+
+    partition: int
+    handle: M
+    row: bytes
+    dead_lettered: int
 
 
 @dataclass(slots=True)
 class BatchResult(Generic[M]):
     sessions: list[SessionChange[M]] = field(default_factory=list)
+    partitions: list[PartitionChange[M]] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
-    counts: Counts = field(default_factory=Counts)
+    counts: Counts = field(default_factory=Counts)  # new events only, not redeliveries
+    redelivered: int = 0  # messages already accounted for (a retry after a crash)
+    quarantined: int = 0  # messages an unexpected error took out of the batch
+    types: dict[str, int] = field(default_factory=dict)  # events by type (metrics)
 
 
-def decode(message: Message[Any]) -> tuple[str | None, list[Event | DeadLetter]]:
+Item = Event | ChunkRun | DeadLetter
+
+
+def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None, list[Item]]:
     """A message as (session id, its events); unreadable parts become dead letters."""
-
-    def dead(value: bytes, reason: str, index: int | None = None) -> DeadLetter:
-        return DeadLetter(value, reason, message.topic, message.partition, message.offset, index)
-
     value = message.value or b""
+
+    def dead(reason: str, raw: bytes = value, index: int | None = None) -> DeadLetter:
+        size = None
+        if len(raw) > limits.dead_letter_bytes:
+            raw, size = raw[: limits.dead_letter_bytes], len(raw)
+        return DeadLetter(
+            raw,
+            safe_text(reason, limits.error_chars),
+            message.topic,
+            message.partition,
+            message.offset,
+            index,
+            size,
+        )
+
+    key = message.key or b""
+    if len(key) > limits.key_bytes:
+        return None, [dead(f"session key of {len(key):,} bytes exceeds {limits.key_bytes:,}")]
     try:
-        session_id = message.key.decode() if message.key else ""
+        session_id = key.decode()
     except UnicodeDecodeError:
         session_id = ""
     if not session_id:
-        return None, [
-            dead(value, "no session key (the message key must be the session id, in UTF-8)")
+        return None, [dead("no session key (the message key must be the session id, in UTF-8)")]
+    if len(value) > limits.message_bytes:
+        return session_id, [
+            dead(f"message of {len(value):,} bytes exceeds {limits.message_bytes:,}")
         ]
     try:
         body = loads(value)
     except Unreadable as error:
-        return session_id, [dead(value, str(error))]
+        return session_id, [dead(str(error))]
     if type(body) is not list:
         try:
-            return session_id, list[Event | DeadLetter](_events_of(body))
+            return session_id, [_item(body)]
         except Unreadable as error:
-            return session_id, [dead(value, str(error))]
-    out: list[Event | DeadLetter] = []
-    for index, item in enumerate(body):
-        try:
-            out.extend(_events_of(item))
-        except Unreadable as error:
-            out.append(dead(dumps(item), str(error), index))
+            return session_id, [dead(str(error))]
     if not body:
-        out.append(dead(value, "empty segment: a segment must hold at least one event"))
+        return session_id, [dead("empty segment: a segment must hold at least one event")]
+    if len(body) > limits.segment_events:
+        return session_id, [
+            dead(f"segment of {len(body):,} events exceeds {limits.segment_events:,}")
+        ]
+    out: list[Item] = []
+    for index, element in enumerate(body):
+        try:
+            out.append(_item(element))
+        except Unreadable as error:
+            out.append(dead(str(error), _reencode(element, value), index))
     return session_id, out
 
 
-def _events_of(item: Any) -> list[Event]:
-    """One element: an event, or a dsh packed chunk row (taken too, as the events it holds,
-    so a producer that copies log lines verbatim loses nothing)."""
-    decoded = decode_line(item)
-    if isinstance(decoded, ChunkRun):
-        return [read_event(event) for event in decoded.events()]
-    return [read_event(decoded)]
+def _item(element: Any) -> Event | ChunkRun:
+    """One element: an event, or a dsh packed chunk row (taken too, as the run of events
+    it stands for, so a producer that copies log lines verbatim loses nothing)."""
+    decoded = decode_line(element)
+    if type(decoded) is ChunkRun:
+        return decoded
+    return read_event(decoded)
+
+
+def _reencode(element: Any, whole: bytes) -> bytes:
+    """A bad segment element as JSON text; the whole message when it cannot be printed
+    (nesting past what any encoder takes), so the dead letter still holds the input."""
+    try:
+        return dumps(element)
+    except (RecursionError, ValueError, TypeError):
+        return whole
+
+
+class _Batch(Generic[M]):
+    """The state of one batch fold: the rows it loaded and what it changed."""
+
+    def __init__(self, load: Callable[[bytes, M], bytes | None], limits: Limits) -> None:
+        self.load = load
+        self.limits = limits
+        self.result: BatchResult[M] = BatchResult()
+        # (partition, key) -> (record, tally when loaded, a handle, messages folded)
+        self.sessions: dict[tuple[int, bytes], tuple[SessionRecord, Tally, M, list[Any]]] = {}
+        self.partitions: dict[int, tuple[list[int], int, M]] = {}  # [dead, offset], before
+        self.refolding = False
+
+    def session(
+        self, partition: int, key: bytes, handle: M, first_seq: int
+    ) -> tuple[SessionRecord, Tally, M, list[Any]]:
+        entry = self.sessions.get((partition, key))
+        if entry is None:
+            record = _restore(self.load(key, handle), first_seq, self.limits)
+            entry = (record, Tally(*record.tally.as_list()), handle, [])
+            self.sessions[(partition, key)] = entry
+        return entry
+
+    def fold(self, message: Message[M]) -> None:
+        session_id, items = decode(message, self.limits)
+        letters = [item for item in items if type(item) is DeadLetter]
+        if letters:
+            self.dead_letters(message, letters)
+        if session_id is None or len(letters) == len(items):
+            return
+        key = session_id.encode()
+        first = next(item for item in items if type(item) is not DeadLetter)
+        first_seq = first.seq0 if type(first) is ChunkRun else first.seq  # type: ignore[union-attr]
+        record, _, _, folded = self.session(message.partition, key, message.handle, first_seq)
+        fresh = message.offset > record.offset
+        if not fresh:
+            self.result.redelivered += 1
+        folded.append(message)
+        types = self.result.types
+        tally = record.tally
+        for item in items:
+            if type(item) is Event:
+                types[item.type] = types.get(item.type, 0) + 1
+                outcome = process(record, item)
+                if fresh:
+                    tally.count(outcome)
+            elif type(item) is ChunkRun:
+                types["assistant/chunk"] = types.get("assistant/chunk", 0) + item.size
+                run = process_run(record, item.seq0, item.size)
+                if fresh:
+                    tally.add(run)
+        if fresh:
+            record.offset = message.offset
+
+    def dead_letters(self, message: Message[M], letters: list[DeadLetter]) -> None:
+        if self.refolding:  # already sent and accounted the first time round
+            return
+        self.result.dead_letters.extend(letters)
+        entry = self.partitions.get(message.partition)
+        if entry is None:
+            row = _partition_row(self.load(PARTITION_KEY, message.handle))
+            entry = self.partitions[message.partition] = (row, row[0], message.handle)
+        row = entry[0]
+        if message.offset > row[1]:  # not yet accounted: a redelivery counts nothing
+            row[0] += len(letters)
+            row[1] = message.offset
+
+    def quarantine(self, message: Message[M], error: BaseException) -> None:
+        """Take a message an unexpected error broke out of the batch: dead-letter it with
+        the exception, and refold its session's other messages from the stored row."""
+        self.result.quarantined += 1
+        reason = f"unexpected {type(error).__name__} while folding: {error}"
+        letter = DeadLetter(
+            (message.value or b"")[: self.limits.dead_letter_bytes],
+            safe_text(reason, self.limits.error_chars),
+            message.topic,
+            message.partition,
+            message.offset,
+        )
+        try:
+            session_key = (message.key or b"")[: self.limits.key_bytes]
+            entry = self.sessions.pop((message.partition, session_key), None)
+            if entry is not None:
+                self.refolding = True
+                for earlier in entry[3]:
+                    if earlier is not message:
+                        self.fold(earlier)
+        finally:
+            self.refolding = False
+            self.dead_letters(message, [letter])
+
+    def finish(self) -> BatchResult[M]:
+        result = self.result
+        for (_, key), (record, before, handle, _) in self.sessions.items():
+            session_id = key.decode()
+            result.counts.add_tally(record.tally)
+            result.counts.add_tally(before, -1)
+            result.sessions.append(
+                SessionChange(
+                    session_id,
+                    key,
+                    handle,
+                    codec.encode(record),
+                    update(session_id, record),
+                    record.tally,
+                )
+            )
+        for partition, (row, before_dead, handle) in self.partitions.items():
+            result.counts.dead_lettered += row[0] - before_dead
+            result.partitions.append(PartitionChange(partition, handle, orjson.dumps(row), row[0]))
+        return result
 
 
 def fold_batch(
     messages: Iterable[Message[M]],
-    load: Callable[[str, M], bytes | None],
+    load: Callable[[bytes, M], bytes | None],
+    limits: Limits = Limits(),
 ) -> BatchResult[M]:
-    """Fold a batch. ``load(session_id, handle)`` returns the stored row, if any.
+    """Fold a batch. ``load(key, handle)`` returns the stored row under ``key`` in the
+    handle's partition, if any.
 
     Every session the batch touched gets its row written and one update published, once:
-    the update carries the session's new ``seq`` even when no view moved (readers see it
-    is live, and Redis equals the offline fold line). A batch of pure duplicates still
+    the update carries the session's ``seq`` even when no view moved (readers see it is
+    live, and Redis equals the offline fold line). A batch of pure redeliveries still
     rewrites and republishes: after a crash between the local write and the changelog
     flush, that redelivery is what repairs the changelog and Redis.
     """
-    result: BatchResult[M] = BatchResult()
-    counts = result.counts
-    touched: dict[str, tuple[SessionRecord, M]] = {}
+    batch: _Batch[M] = _Batch(load, limits)
     for message in messages:
-        session_id, items = decode(message)
-        for item in items:
-            if isinstance(item, DeadLetter):
-                result.dead_letters.append(item)
-                counts.dead_lettered += 1
-                continue
-            assert session_id is not None
-            entry = touched.get(session_id)
-            record = (
-                _restore(load(session_id, message.handle), item.seq) if entry is None else entry[0]
-            )
-            touched[session_id] = (record, message.handle)
-            outcome = process(record, item)
-            if outcome is Outcome.FOLDED:
-                counts.folded += 1
-            elif outcome is Outcome.DUPLICATE:
-                counts.duplicate += 1
-            else:
-                counts.faulted += 1
-    for session_id, (record, handle) in touched.items():
-        result.sessions.append(
-            SessionChange(
-                session_id, handle, codec.encode(record), update(session_id, record.seen, record)
-            )
-        )
-    return result
+        try:
+            batch.fold(message)
+        except Exception as error:  # a bug or an input nobody foresaw: never stall
+            batch.quarantine(message, error)
+    return batch.finish()
 
 
-def _restore(stored: bytes | None, seq: int) -> SessionRecord:
+def _partition_row(stored: bytes | None) -> list[int]:
+    """``[dead letters accounted, highest offset they cover]``; a bad row starts over."""
+    if stored is not None:
+        try:
+            row = orjson.loads(stored)
+            if type(row) is list and len(row) == 2 and all(type(n) is int for n in row):
+                return list(row)
+        except orjson.JSONDecodeError:
+            pass
+    return [0, -1]
+
+
+def _restore(stored: bytes | None, first_seq: int, limits: Limits) -> SessionRecord:
     if stored is None:
         return SessionRecord.new()
     try:
         return codec.decode(stored)
     except codec.RowError as error:
-        # A row we cannot read cannot be trusted, and starting over would count history
-        # twice or drift: fault every projection, loudly, until the session is rebuilt.
+        # A row we cannot read cannot be trusted, and guessing would count history twice
+        # or drift: the session starts over from what the input allows. From seq 0 (a
+        # replay) that is everything; otherwise every projection faults loudly at this
+        # event until the session is rebuilt (`stream replay --rebuild`).
         record = SessionRecord.new()
-        for slot in record.slots:
-            slot.fault = Fault(seq, f"stored row unreadable ({error}); rebuild this session")
+        if first_seq > 0:
+            reason = f"stored row unreadable ({error}); rebuild the session with a replay"
+            for slot in record:
+                slot.fault = fault(first_seq, safe_text(reason, limits.error_chars))
         return record
+
+
+__all__ = [
+    "PARTITION_KEY",
+    "BatchResult",
+    "Counts",
+    "DeadLetter",
+    "Limits",
+    "Message",
+    "Outcome",
+    "PartitionChange",
+    "SessionChange",
+    "decode",
+    "fold_batch",
+]

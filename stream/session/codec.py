@@ -1,18 +1,36 @@
-"""The session row: compact orjson bytes, versioned per projection.
+"""The session row: compact orjson bytes, versioned per projection, validated on the way in.
 
-Layout: ``[ROW_FORMAT, seen, [key, stateVersion, cursor, fault|null, state], ...]``. A
-stored projection whose key or state version no longer matches the code is dropped on
-decode and starts from ``init`` with cursor -1, so replaying the input topic rebuilds it
-while the other projections keep their rows and skip the replay as duplicates.
+Layout (row format 2)::
+
+    [2, seen, offset, [folded, duplicate, faulted],
+     [key, stateVersion, cursor, fault|null, state, rebuilding], ...]
+
+A stored projection whose key or state version no longer matches the code is dropped on
+decode and starts from ``init`` with cursor -1 — marked *rebuilding* when the session was
+already under way, so it waits for a replay from seq 0 instead of faulting on a gap while
+the other projections keep their rows and skip the replay as duplicates.
+
+Each projection validates the state it decodes against its schema before anything is
+committed; a row that does not fit raises ``RowError``, which the batch fold turns into a
+published row fault for that session, never an exception in the worker.
 """
 
 from typing import Any, Final
 
 import orjson
 
-from stream.session.processor import PROJECTIONS, Fault, SessionRecord, Slot
+from stream.projections.base import StateError
+from stream.session.processor import (
+    PROJECTIONS,
+    Fault,
+    SessionRecord,
+    Slot,
+    Tally,
+    fault,
+)
 
-ROW_FORMAT: Final = 1
+ROW_FORMAT: Final = 2
+_BY_KEY: Final = {p.key: p for p in PROJECTIONS}
 
 
 class RowError(ValueError):
@@ -24,38 +42,84 @@ def encode(record: SessionRecord) -> bytes:
         [
             ROW_FORMAT,
             record.seen,
+            record.offset,
+            record.tally.as_list(),
             *(
                 [
-                    p.key,
-                    p.version,
-                    s.cursor,
-                    None if s.fault is None else list(s.fault),
-                    p.encode(s.state),
+                    key,
+                    slot.projection.version,
+                    slot.cursor,
+                    None if slot.fault is None else list(slot.fault),
+                    slot.projection.encode(slot.state),
+                    slot.rebuilding,
                 ]
-                for p, s in zip(PROJECTIONS, record.slots, strict=True)
+                for key, slot in record.slots.items()
             ),
         ]
     )
 
 
 def decode(row: bytes) -> SessionRecord:
+    """The record a row holds, or ``RowError`` saying why the row does not fit."""
     if not isinstance(row, bytes | bytearray | memoryview):
         raise RowError(f"stored row must be bytes, got {type(row).__name__}")
     try:
         raw: Any = orjson.loads(row)
     except orjson.JSONDecodeError as error:
         raise RowError(f"stored row is not JSON: {error}") from None
-    if type(raw) is not list or not raw or raw[0] != ROW_FORMAT:
-        raise RowError(f"unknown row format {raw[0] if type(raw) is list and raw else raw!r}")
-    stored = {entry[0]: entry for entry in raw[2:]}
-    slots = []
-    for projection in PROJECTIONS:
-        entry = stored.get(projection.key)
-        if entry is None or entry[1] != projection.version:
-            slots.append(Slot(projection.init()))  # new or version-bumped: rebuild by replay
-            continue
-        _, _, cursor, fault, state = entry
-        slots.append(
-            Slot(projection.decode(state), cursor, None if fault is None else Fault(*fault))
+    try:
+        return _record(raw)
+    except (StateError, TypeError, ValueError) as error:
+        raise RowError(f"stored row does not fit the schema: {error}") from None
+
+
+def _record(raw: Any) -> SessionRecord:
+    if type(raw) is list and len(raw) >= 2 and raw[0] == 1:
+        # Format 1 (before accounting moved into the row): no offset, no tally.
+        raw = [ROW_FORMAT, raw[1], -1, [0, 0, 0], *([*e, False] for e in raw[2:])]
+    if type(raw) is not list or len(raw) < 4 or raw[0] != ROW_FORMAT:
+        found = raw[0] if type(raw) is list and raw else type(raw).__name__
+        raise RowError(f"unknown row format {str(found)[:40]}")
+    _, seen, offset, tally, *entries = raw
+    if type(seen) is not int or seen < -1 or type(offset) is not int or offset < -1:
+        raise StateError("seen and offset must be integers >= -1")
+    if type(tally) is not list or len(tally) != 3 or any(type(n) is not int for n in tally):
+        raise StateError("tally must be three integers")
+    stored: dict[str, Slot] = {}
+    for entry in entries:
+        if type(entry) is not list or len(entry) < 2:
+            raise StateError("a projection entry must be a list")
+        projection = _BY_KEY.get(entry[0]) if type(entry[0]) is str else None
+        if projection is None or entry[1] != projection.version:
+            continue  # retired or version-bumped: rebuilt by replay (below)
+        if len(entry) != 6:
+            raise StateError(f"the {projection.key} entry must be a list of 6")
+        key, _, cursor, stored_fault, state, rebuilding = entry
+        if type(cursor) is not int or cursor < -1 or cursor > max(seen, -1):
+            raise StateError(f"{key} cursor must be an integer in -1..seen")
+        if type(rebuilding) is not bool:
+            raise StateError(f"{key} rebuilding flag must be a boolean")
+        stored[key] = Slot(
+            projection,
+            projection.decode(state),
+            cursor,
+            _fault(stored_fault, key),
+            rebuilding,
         )
-    return SessionRecord(slots, raw[1])
+    slots = {}
+    for projection in PROJECTIONS:
+        slot = stored.get(projection.key)
+        if slot is None:  # new or version-bumped: waits for a replay from seq 0
+            slot = Slot(projection, projection.init(), rebuilding=seen >= 0)
+        slots[projection.key] = slot
+    return SessionRecord(slots, seen, Tally(*tally), offset)
+
+
+def _fault(raw: Any, key: str) -> Fault | None:
+    if raw is None:
+        return None
+    if type(raw) is not list or len(raw) != 2 or type(raw[0]) is not int:
+        raise StateError(f"{key} fault must be [seq, error]")
+    if type(raw[1]) is not str:
+        raise StateError(f"{key} fault error must be a string")
+    return fault(raw[0], raw[1])

@@ -1,18 +1,23 @@
-"""The per-session processor (SPEC §5).
+"""The per-session processor (contract: "Per-session processing").
 
-Each projection keeps its own cursor (last applied seq), state version and fault. For an
+Each projection keeps its own slot: cursor (last applied seq), state and fault. For an
 event, every projection's next state is planned first against the committed state (the
 projections are pure, so planning cannot disturb it), then all plans are committed
 together. A projection that errors is faulted at that seq: its state and cursor stay, it
 takes no later event, the others carry on. The same input always gives the same result,
 so replaying an event already applied changes nothing.
+
+The record also keeps the session's accounting — how many events it folded, skipped as
+duplicates and faulted — so the totals are exact whatever was redelivered: they are part
+of the state, committed with it.
 """
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
-from stream.contract.errors import ContractError
+from stream.contract.errors import ContractError, safe_text
 from stream.contract.events import Event
 from stream.projections.base import Projection
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
@@ -28,13 +33,25 @@ class Fault(NamedTuple):
     error: str
 
 
+def fault(seq: int, error: str) -> Fault:
+    """A fault whose text is bounded and encodable, whatever input it quotes."""
+    return Fault(seq, safe_text(error))
+
+
 @dataclass(slots=True)
 class Slot:
-    """One projection's committed position in one session."""
+    """One projection's committed position in one session.
 
+    ``rebuilding``: the projection's stored state was discarded (its state version was
+    bumped) while the session was already under way. It waits, without faulting, for a
+    replay that starts at the session's first event (contract: "Per-session processing").
+    """
+
+    projection: Projection
     state: Any
     cursor: int = -1
     fault: Fault | None = None
+    rebuilding: bool = False
 
 
 class Outcome(Enum):
@@ -46,46 +63,97 @@ class Outcome(Enum):
 
 
 @dataclass(slots=True)
+class Tally:
+    """Events accounted for, by outcome. Kept in the session row and summed for totals."""
+
+    folded: int = 0
+    duplicate: int = 0
+    faulted: int = 0
+
+    def count(self, outcome: Outcome, n: int = 1) -> None:
+        if outcome is Outcome.FOLDED:
+            self.folded += n
+        elif outcome is Outcome.DUPLICATE:
+            self.duplicate += n
+        else:
+            self.faulted += n
+
+    def add(self, other: "Tally") -> None:
+        self.folded += other.folded
+        self.duplicate += other.duplicate
+        self.faulted += other.faulted
+
+    @property
+    def total(self) -> int:
+        return self.folded + self.duplicate + self.faulted
+
+    def as_list(self) -> list[int]:
+        return [self.folded, self.duplicate, self.faulted]
+
+
+@dataclass(slots=True)
 class SessionRecord:
     """Everything kept per session: O(1) in the number of events."""
 
-    slots: list[Slot]
-    seen: int = -1  # highest seq offered, so a redelivered refused event is a duplicate
+    slots: dict[str, Slot]  # by projection key, in PROJECTIONS order
+    seen: int = -1  # highest seq offered: the published seq
+    tally: Tally = field(default_factory=Tally)
+    offset: int = -1  # highest input offset applied (the worker's redelivery check)
 
     @classmethod
     def new(cls) -> "SessionRecord":
-        return cls([Slot(p.init()) for p in PROJECTIONS])
+        return cls({p.key: Slot(p, p.init()) for p in PROJECTIONS})
+
+    def __iter__(self) -> Iterator[Slot]:
+        return iter(self.slots.values())
 
 
-def _gap(cursor: int, seq: int) -> Fault:
-    """A seq past ``cursor + 1``: events are missing, and folding on would drift silently."""
-    return Fault(seq, f"gap: expected seq {cursor + 1}, got {seq}")
+# What a slot does with an event (or a run of events) given its cursor.
+SKIP, APPLY, GAP = 0, 1, 2
 
 
-def _plan(projection: Projection, slot: Slot, event: Event) -> Any:
+def _step(slot: Slot, first: int, last: int) -> int:
+    """The cursor rule, for one event (``first == last``) or a consecutive run.
+
+    Everything at or below the cursor is applied already; a faulted slot takes nothing
+    more; the next seq must be ``cursor + 1``, anything later is a gap (events are
+    missing, and folding on would drift silently). A rebuilding slot waits for seq 0.
+    """
+    if slot.fault is not None or last <= slot.cursor:
+        return SKIP
+    if first > slot.cursor + 1:
+        return SKIP if slot.rebuilding else GAP
+    slot.rebuilding = False
+    return APPLY
+
+
+def _gap(slot: Slot, seq: int) -> Fault:
+    return fault(seq, f"gap: expected seq {slot.cursor + 1}, got {seq}")
+
+
+def _plan(slot: Slot, event: Event) -> Any:
     """The slot's next state, a ``Fault``, or ``None`` when the event does not apply."""
-    seq = event.seq
-    if seq <= slot.cursor or slot.fault is not None:
+    step = _step(slot, event.seq, event.seq)
+    if step == SKIP:
         return None
-    if seq != slot.cursor + 1:
-        return _gap(slot.cursor, seq)
+    if step == GAP:
+        return _gap(slot, event.seq)
     try:
-        return projection.apply(slot.state, event)
+        return slot.projection.apply(slot.state, event)
     except ContractError as error:
-        return Fault(seq, str(error))
+        return fault(event.seq, str(error))
     except (RecursionError, ValueError, TypeError, OverflowError) as error:
         # Hostile shapes (absurd nesting, say) must fault the projection, not the worker.
-        return Fault(seq, f"unprocessable event: {type(error).__name__}: {error}")
+        return fault(event.seq, f"unprocessable event: {type(error).__name__}: {error}")
 
 
 def process(record: SessionRecord, event: Event) -> Outcome:
     """Fold one event into a session record: plan every projection, then commit all."""
     if event.passive:
         return _process_passive(record, event.seq)
-    slots = record.slots
-    plans = [_plan(p, slot, event) for p, slot in zip(PROJECTIONS, slots, strict=True)]
+    plans = [(slot, _plan(slot, event)) for slot in record.slots.values()]
     applied = faulted = False
-    for slot, plan in zip(slots, plans, strict=True):
+    for slot, plan in plans:
         if plan is None:
             continue
         if type(plan) is Fault:
@@ -95,89 +163,135 @@ def process(record: SessionRecord, event: Event) -> Outcome:
             slot.state = plan
             slot.cursor = event.seq
             applied = True
-    return _outcome(record, event.seq, applied, faulted)
+    return _account(record, event.seq, event.seq, applied, faulted)
 
 
 def _process_passive(record: SessionRecord, seq: int) -> Outcome:
-    """``process`` for an event no projection reads (most of a log: streamed deltas).
-
-    Its transition cannot fail and touches only the projection's own slot, so each slot
-    commits directly; the result is the same as planning all three first.
-    """
+    """``process`` for an event no projection reads (most of a log: streamed deltas). Its
+    transition cannot fail and touches only the slot's own state, so each slot commits
+    directly; the result is the same as planning all three first."""
     applied = faulted = False
-    for projection, slot in zip(PROJECTIONS, record.slots, strict=True):
-        cursor = slot.cursor
-        if seq <= cursor or slot.fault is not None:
-            continue
-        if seq != cursor + 1:
-            slot.fault = _gap(cursor, seq)
+    for slot in record.slots.values():
+        step = _step(slot, seq, seq)
+        if step == APPLY:
+            slot.state = slot.projection.passive(slot.state)
+            slot.cursor = seq
+            applied = True
+        elif step == GAP:
+            slot.fault = _gap(slot, seq)
             faulted = True
-            continue
-        slot.state = projection.passive(slot.state)
-        slot.cursor = seq
-        applied = True
     if applied and not faulted and seq > record.seen:  # the common case, decided inline
         record.seen = seq
         return Outcome.FOLDED
-    return _outcome(record, seq, applied, faulted)
+    return _account(record, seq, seq, applied, faulted)
 
 
-def _outcome(record: SessionRecord, seq: int, applied: bool, faulted: bool) -> Outcome:
-    """Account for an event exactly once, and move the session's high-water mark."""
+def process_run(record: SessionRecord, seq0: int, count: int) -> Tally:
+    """Fold ``count`` consecutive passive events from ``seq0`` (a packed chunk row) in O(1),
+    with the same result and the same per-event accounting as ``process`` on each in turn.
+
+    Passive events change no view and cannot fail, so per projection the run is a prefix
+    it already has, then one claim expiry and a cursor jump — or a gap at ``seq0``.
+    """
+    last = seq0 + count - 1
     seen = record.seen
-    if seq > seen:
-        record.seen = seq
+    # Before committing: which slots take part (a rebuilding slot only from seq 0), and
+    # from which seq on some slot applies the run (sequentially: the lowest cursor + 1).
+    active = [(s, s.cursor, s.fault) for s in record.slots.values() if not s.rebuilding]
+    joining = [c for s, c, f in active if f is None and seq0 <= c + 1]
+    waiting = [s for s in record.slots.values() if s.rebuilding and seq0 == 0]
+    first_applied = seq0 if waiting else min((c + 1 for c in joining), default=last + 1)
+    gapped = False
+    for slot in record.slots.values():
+        step = _step(slot, seq0, last)
+        if step == APPLY:
+            slot.state = slot.projection.passive(slot.state)
+            slot.cursor = last
+        elif step == GAP:
+            slot.fault = _gap(slot, seq0)
+            gapped = True
+    if last > seen:
+        record.seen = last
+    tally = Tally()
+    start = max(first_applied, seq0)
+    tally.folded = last + 1 - start if start <= last else 0
+    if gapped:  # seq0 is faulted whatever else took it
+        if start == seq0:
+            tally.folded -= 1
+        tally.faulted += 1
+        seq0 += 1
+    # Events nobody applied, [seq0, start): each one as ``_account`` would see it alone.
+    if seq0 < start:
+        if not active:  # every projection waits for a rebuild replay
+            tally.duplicate += start - seq0
+        elif start - 1 <= seen and all(f is None and start - 1 <= c for _, c, f in active):
+            tally.duplicate += start - seq0  # a redelivered run: the common case
+        else:
+            for seq in range(seq0, start):  # rare: a run over a faulted session
+                had = seq <= seen and all(
+                    seq <= c or (slot.fault is not None and slot.fault.seq <= seq)
+                    for slot, c, _ in active
+                )
+                tally.count(Outcome.DUPLICATE if had else Outcome.FAULTED)
+    return tally
+
+
+def _account(record: SessionRecord, first: int, last: int, applied: bool, faulted: bool) -> Outcome:
+    """Account for an event (or a run, by its last event) and move the session's
+    high-water mark, which only ever moves forward."""
+    seen = record.seen
+    if last > seen:
+        record.seen = last
     if faulted:
         return Outcome.FAULTED
     if applied:
         return Outcome.FOLDED
     # Taken by no projection: a duplicate if every projection already had it (applied it,
     # or was already refusing from its fault on); otherwise a new event a fault blocks.
-    if seq <= seen and all(
-        seq <= slot.cursor or (slot.fault is not None and slot.fault.seq <= seq)
-        for slot in record.slots
+    # A slot waiting for a rebuild replay is neutral: it neither has nor refuses events.
+    active = [slot for slot in record.slots.values() if not slot.rebuilding]
+    if not active:
+        return Outcome.FOLDED if last > seen else Outcome.DUPLICATE
+    if last <= seen and all(
+        last <= slot.cursor or (slot.fault is not None and slot.fault.seq <= first)
+        for slot in active
     ):
         return Outcome.DUPLICATE
     return Outcome.FAULTED
 
 
-def process_run(record: SessionRecord, seq0: int, count: int) -> None:
-    """Fold ``count`` consecutive passive events from ``seq0`` at once (a packed chunk row).
-
-    Equivalent to ``process`` on each of them in turn: passive events change no view, so
-    per projection the run is a duplicate prefix, then one claim expiry and a cursor jump,
-    or a gap at the first event past the cursor.
-    """
-    last = seq0 + count - 1
-    for projection, slot in zip(PROJECTIONS, record.slots, strict=True):
-        if slot.fault is not None or last <= slot.cursor:
-            continue
-        if seq0 > slot.cursor + 1:
-            slot.fault = _gap(slot.cursor, seq0)
-            continue
-        slot.state = projection.passive(slot.state)
-        slot.cursor = last
-    if last > record.seen:
-        record.seen = last
+def published_seq(record: SessionRecord) -> int:
+    """The ``seq`` an update carries: the highest seq seen for the session. A duplicate or
+    faulted event still moves it forward, never back (contract: "What is published")."""
+    return record.seen
 
 
 def views(record: SessionRecord) -> dict[str, dict[str, int]]:
-    return {p.key: p.view(slot.state) for p, slot in zip(PROJECTIONS, record.slots, strict=True)}
+    """Each projection's view; one waiting for a rebuild replay has none to show yet."""
+    return {
+        key: slot.projection.view(slot.state)
+        for key, slot in record.slots.items()
+        if not slot.rebuilding
+    }
 
 
 def faults(record: SessionRecord) -> dict[str, dict[str, Any]]:
     return {
-        p.key: {"seq": slot.fault.seq, "error": slot.fault.error}
-        for p, slot in zip(PROJECTIONS, record.slots, strict=True)
+        key: {"seq": slot.fault.seq, "error": slot.fault.error}
+        for key, slot in record.slots.items()
         if slot.fault is not None
     }
 
 
-def update(session_id: str, seq: int, record: SessionRecord) -> dict[str, Any]:
-    """The published shape (SPEC §6): views in a fixed order, ``faults`` only when any."""
-    out: dict[str, Any] = {"sessionId": session_id, "seq": seq}
+def update(session_id: str, record: SessionRecord) -> dict[str, Any]:
+    """The published shape: views in a fixed order, ``faults`` only when any,
+    ``rebuilding`` only while a projection waits for a replay."""
+    out: dict[str, Any] = {"sessionId": session_id, "seq": published_seq(record)}
     out.update(views(record))
     found = faults(record)
     if found:
         out["faults"] = found
+    waiting = [key for key, slot in record.slots.items() if slot.rebuilding]
+    if waiting:
+        out["rebuilding"] = waiting
     return out

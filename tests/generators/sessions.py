@@ -4,7 +4,7 @@ Input for the differential test (tests/oracle): every generated session folds th
 the reference token meter without a throw, except where a claim-range mismatch is
 planted on purpose (the reference throws there, and that projection must fault).
 
-"Nasty" means every edge the contract (shared/SPEC.md) names, and a few that parsers
+"Nasty" means every edge the contract (docs/contract.md) names, and a few that parsers
 trip on: JS string lengths (astral characters count 2, lone surrogates 1), surrogate
 pairs split across stream deltas, raw U+2028/U+2029/U+0085 that `str.splitlines`
 breaks on, JSON number literals that JavaScript reprints differently (`1.0`, `1e21`,
@@ -52,7 +52,7 @@ class DupKeyObject:
 
 
 # fmt: off
-# Literals whose JavaScript round trip differs from their text (see SPEC §2 "JSON").
+# Literals whose JavaScript round trip differs from their text (contract: "Pricing").
 NASTY_NUMBER_LITERALS: Final[tuple[str, ...]] = (
     "1.0", "1e-7", "1e21", "-0", "1E+2", "12345678901234567891", "9007199254740993",
     "-9007199254740993", "1e400", "-1e400", "1e-400", "-1e-400", "-0.0", "0e0", "5e-324",
@@ -339,7 +339,7 @@ def _approx_json_len(value: Json) -> int:
 
 
 def price_blocks(blocks: Iterable[dict[str, Json]]) -> int:
-    """SPEC §2 block pricing (exact for known blocks, approximate for unknown ones)."""
+    """Block pricing, contract "Pricing" (exact for known blocks, approximate for unknown ones)."""
     total = 0
     for block in blocks:
         kind = block.get("type")
@@ -946,9 +946,9 @@ def generate_session(
     """`n_events` events with seqs 0..n-1 and integer times, reference-valid by construction.
 
     ``v3_ops`` lets some unmetered replacements use the format-v3 keys
-    ``{"op","startSeq","endSeq"}``: SPEC §1 accepts them and the token meter folds them
-    like any claim-less replace, but dsh-session rc.8's positional fold rejects them,
-    so they are opt-in.
+    ``{"op","startSeq","endSeq"}``: the contract ("Events") accepts them and the token
+    meter folds them like any claim-less replace, but dsh-session rc.8's positional fold
+    rejects them, so they are opt-in.
     """
     if n_events < 0:
         raise ValueError("n_events must be non-negative")

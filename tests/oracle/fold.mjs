@@ -153,13 +153,16 @@ function fold(options) {
   for (const path of expandPaths(options.paths)) {
     const { sessionId, events } = readSession(path, readFileSync(path, 'utf8'));
     const slots = initSlots();
+    // The published seq is the highest seq seen so far (contract: "What is published").
+    let seen = -1;
     for (const event of events) {
       applyEvent(slots, event);
-      if (options.everyEvent) out.push(renderLine(sessionId, event.seq, slots));
+      seen = Math.max(seen, event.seq);
+      if (options.everyEvent) out.push(renderLine(sessionId, seen, slots));
     }
     // A log with no events has no seq to report, so it prints nothing.
     if (!options.everyEvent && events.length > 0) {
-      out.push(renderLine(sessionId, events[events.length - 1].seq, slots));
+      out.push(renderLine(sessionId, seen, slots));
     }
   }
   out.flush();

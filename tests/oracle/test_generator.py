@@ -1,6 +1,6 @@
 """Self-checks of the oracle tooling, independent of our `stream` package.
 
-- fold.mjs prices hand-written nasty lines exactly as SPEC §2 says;
+- fold.mjs prices hand-written nasty lines exactly as the contract says ("Pricing");
 - generated logs are valid for the reference (dsh-session's surface fold, envelope and
   type vocabulary) and fault only where a claim mismatch was planted;
 - chunk packing is lossless as the reference decodes it;

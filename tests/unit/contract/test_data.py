@@ -1,4 +1,7 @@
-"""Per-type data readers (SPEC §1): each validates exactly what it returns."""
+"""Per-type data readers: each validates exactly what it returns.
+
+Contract: "Events", "Validation".
+"""
 
 from typing import Any
 

@@ -1,4 +1,4 @@
-"""Reading one event at the envelope (SPEC §1)."""
+"""Reading one event at the envelope (contract: "Events", "Validation")."""
 
 from collections.abc import Callable
 from typing import Any

@@ -1,4 +1,4 @@
-"""Parsing JSON text the way JavaScript's ``JSON.parse`` reads it (SPEC §2 "JSON")."""
+"""Parsing JSON text the way JavaScript's ``JSON.parse`` reads it (contract: "Pricing")."""
 
 import contextlib
 import math

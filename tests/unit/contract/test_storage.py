@@ -1,4 +1,4 @@
-"""dsh JSONL storage rows (SPEC §1): packed chunk rows expand to the exact events.
+"""dsh JSONL storage rows (contract: "Session logs"): packed chunk rows expand to the exact events.
 
 Expected expansions were printed by the reference decoder (``decodeStorageRecord`` of
 dsh-session 0.1.0-rc.8). Malformed rows are corrupt storage: ``Unreadable``, never a

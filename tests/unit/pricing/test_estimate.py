@@ -1,4 +1,4 @@
-"""The heuristic estimator (SPEC §2): block, message, system-prompt and envelope prices.
+"""The heuristic estimator (contract: "Pricing"): block, message, system-prompt and envelope prices.
 
 Message/content figures were cross-checked against the reference estimator
 (``estimateContent``/``estimateMessage`` of dsh-token-meter 0.1.0-rc.8).
@@ -32,7 +32,7 @@ def test_ceil4(n: int, tokens: int) -> None:
     assert ceil4(n) == tokens
 
 
-# --- SPEC §2 examples -------------------------------------------------------------------------
+# --- the contract's examples ("Pricing") ------------------------------------------------------
 
 
 def test_spec_example_user_abcd_is_9() -> None:
@@ -161,7 +161,7 @@ def test_tools_price_distinguishes_lists_that_look_alike() -> None:
     assert price_envelope_tools([{"n": "\ud800" + "a" * 33}]) == 17  # lone surrogate: 6
 
 
-# --- malformed content (SPEC §1: text/name/arguments strings, content a list) -----------------
+# --- malformed content ("Validation": text/name/arguments strings, content a list) ------------
 
 
 @pytest.mark.parametrize(

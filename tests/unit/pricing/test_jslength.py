@@ -1,4 +1,4 @@
-"""JavaScript-exact lengths (SPEC §2): UTF-16 units and ``JSON.stringify`` output.
+"""JavaScript-exact lengths (contract: "Pricing"): UTF-16 units and ``JSON.stringify`` output.
 
 Expected values were printed by Node (``JSON.stringify(JSON.parse(text))``), so every row
 is a JavaScript fact, not a restatement of our implementation.

@@ -1,4 +1,4 @@
-"""contextBreakdown, state version 6 (SPEC §4, seed 000)."""
+"""contextBreakdown, state version 6 (contract: "contextBreakdown")."""
 
 from typing import Any
 

@@ -1,4 +1,7 @@
-"""The shadow-price claim (SPEC §3), shared by contextPressure and contextBreakdown."""
+"""The shadow-price claim, shared by contextPressure and contextBreakdown.
+
+Contract: "The shadow-price claim".
+"""
 
 from typing import Any
 
@@ -55,7 +58,7 @@ ABCD = 9  # user "abcd"
         (Claim(1, 3, 40), user(5, "abcd", op=replace(1, 3)), ABCD - 40),  # p - claim.tokens
         (Claim(1, 3, 40), user(5, "abcd", op=replace(1, 3, v3=True)), ABCD - 40),
         (Claim(2, 2, 3), user(5, "abcd", op=replace(2, 2)), ABCD - 3),  # may grow the total
-        (None, user(5, "abcd", op=replace(1, 3)), 0),  # no claim: neutral (seed 003)
+        (None, user(5, "abcd", op=replace(1, 3)), 0),  # no claim: neutral (docs/notes/009)
         (None, assistant(5, op=replace(1, 1)), 0),
         (Claim(1, 1, 7), assistant(5, op=replace(1, 1)), -7),  # usage-only step prices 0
     ],

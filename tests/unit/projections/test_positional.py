@@ -1,4 +1,4 @@
-"""The positional surface fold, the ``measure()`` X-ray (SPEC §4, seed 001)."""
+"""The positional surface fold, the ``measure()`` X-ray (contract: "The positional X-ray")."""
 
 import pytest
 
@@ -55,7 +55,7 @@ def test_replace_of_a_replacement_node() -> None:
 def test_unknown_range_is_an_error_and_changes_nothing(op: dict[str, int]) -> None:
     surface = folded(user(0, "a"), user(1, "b"), user(2, "c"))
     nodes, total = list(surface.nodes), surface.total
-    for _ in range(3):  # the same error every time; nothing committed (seed 001)
+    for _ in range(3):  # the same error every time; nothing committed (plan/commit)
         with pytest.raises(ContractError, match="not a range of current surface nodes"):
             surface.fold(user(3, "x", op=op))
         assert surface.nodes == nodes

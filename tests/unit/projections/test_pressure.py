@@ -1,4 +1,7 @@
-"""contextPressure (SPEC §4): window, provider sample, and projected occupancy."""
+"""contextPressure: window, provider sample, and projected occupancy.
+
+Contract: "contextPressure".
+"""
 
 from typing import Any
 
@@ -145,7 +148,7 @@ def test_projection_is_floored_at_zero() -> None:
 
 
 def test_unpriced_replacement_holds_the_projection_still() -> None:
-    # seed 003: contextPressure holds still across an unpriced replacement
+    # docs/notes/009: contextPressure holds still across an unpriced replacement
     before = fold([user(0, "abcd" * 10), usage_chunk(1, usage(300))])
     after = fold([user(2, "a", op=replace(0, 0))], before)
     assert P.view(after) == P.view(before) == {"pressureTokens": 300, "projectedTokens": 300}

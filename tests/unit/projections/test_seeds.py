@@ -1,4 +1,4 @@
-"""Scenarios taken from the design seeds (shared/seeds 000, 001, 003), end to end."""
+"""Scenarios taken from the design background (docs/notes/007, 008, 009), end to end."""
 
 from typing import Any
 
@@ -21,7 +21,7 @@ def fold(projection: Any, events: list[Any]) -> Any:
     return state
 
 
-# --- seed 003: unpriced surface replacements fold neutrally -----------------------------------
+# --- docs/notes/009: unpriced surface replacements fold neutrally -----------------------------
 
 HISTORY = [user(0, "abcd" * 10), tool_result(1, "abcd" * 20), user(2, "abcd")]  # 18 + 32 + 9
 
@@ -61,7 +61,7 @@ def test_seed_003_pressure_overestimates_only_until_the_next_sample() -> None:
     assert CONTEXT_PRESSURE.view(state) == {"pressureTokens": 600, "projectedTokens": 600}
 
 
-# --- seed 000: contextBreakdown retains only system prompts -----------------------------------
+# --- docs/notes/007: contextBreakdown retains only system prompts -----------------------------
 
 
 def test_seed_000_five_surviving_prompts_in_a_long_tool_heavy_run() -> None:
@@ -75,7 +75,7 @@ def test_seed_000_five_surviving_prompts_in_a_long_tool_heavy_run() -> None:
         process(record, event)
         surface.fold(event)
     assert views(record)["contextBreakdown"] == surface.breakdown()
-    state = record.slots[1].state
+    state = record.slots["contextBreakdown"].state
     assert len(state.prompts) == 5
     assert len(surface.checkpoint()) == 2005  # what a per-node (version 5) state kept
     assert len(codec.encode(record)) < 300  # version 6 keeps a handful of integers
@@ -109,7 +109,7 @@ def test_seed_000_range_replacement_inserting_a_prompt_is_rejected() -> None:
         CONTEXT_BREAKDOWN.apply(state, system(4, "new", op=replace(1, 2)))
 
 
-# --- seed 001: plan/commit --------------------------------------------------------------------
+# --- docs/notes/008: plan/commit --------------------------------------------------------------
 
 
 def test_seed_001_failed_events_leave_the_surface_uncommitted_across_retries() -> None:

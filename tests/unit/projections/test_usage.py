@@ -1,4 +1,4 @@
-"""tokenUsage (SPEC §4): running totals of provider usage samples."""
+"""tokenUsage (contract: "tokenUsage"): running totals of provider usage samples."""
 
 from typing import Any
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stream.contract.jsontext import dumps
 from stream.session import codec
-from stream.session.batch import Message, decode, fold_batch
+from stream.session.batch import PARTITION_KEY, Limits, Message, decode, fold_batch
 
 
 def msg(value: Any, key: bytes | None = b"s1", offset: int = 0) -> Message[int]:
@@ -27,11 +27,20 @@ def user(seq: int, text: str = "abcd") -> dict[str, Any]:
     }
 
 
-def fold(messages: list[Message[int]], store: dict[str, bytes] | None = None) -> Any:
+DEFAULT_LIMITS = Limits()
+
+
+def fold(
+    messages: list[Message[int]],
+    store: dict[bytes, bytes] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Any:
     store = {} if store is None else store
-    result = fold_batch(messages, lambda sid, handle: store.get(sid))
+    result = fold_batch(messages, lambda key, handle: store.get(key), limits)
     for change in result.sessions:
-        store[change.session_id] = change.row
+        store[change.key] = change.row
+    for part in result.partitions:
+        store[PARTITION_KEY] = part.row
     return result
 
 
@@ -71,42 +80,48 @@ def test_a_bad_segment_element_is_dead_lettered_alone() -> None:
 def test_segments_and_single_events_fold_identically() -> None:
     events = [user(i, "x" * i) for i in range(6)]
     single = fold([msg(e, offset=i) for i, e in enumerate(events)])
-    segmented = fold([msg(events[:4]), msg(events[4:], offset=1)])
+    segmented = fold([msg(events[:4]), msg(events[4:], offset=5)])
     assert single.sessions[0].row == segmented.sessions[0].row
     assert single.sessions[0].update == segmented.sessions[0].update
 
 
-def test_counts_add_up_and_redelivery_is_duplicate() -> None:
-    store: dict[str, bytes] = {}
+def test_counts_add_up_and_a_redelivery_counts_nothing_twice() -> None:
+    store: dict[bytes, bytes] = {}
     first = fold([msg(user(0)), msg(user(1), offset=1), msg(b"junk", offset=2)], store)
     assert (first.counts.folded, first.counts.dead_lettered) == (2, 1)
-    again = fold([msg(user(1), offset=1), msg(user(2), offset=3)], store)
-    assert (again.counts.duplicate, again.counts.folded) == (1, 1)
-    assert again.counts.total == 2
+    # A crash before the commit: offsets 1 and 2 come again, with a new message.
+    again = fold([msg(user(1), offset=1), msg(b"junk", offset=2), msg(user(2), offset=3)], store)
+    assert again.counts.as_dict() == {"folded": 1, "duplicate": 0, "faulted": 0, "dead_lettered": 0}
+    assert again.redelivered == 1
+    assert len(again.dead_letters) == 1  # re-sent (readers drop it by source offset)
+    # A producer that sends seq 1 again, as a new message, is a counted duplicate.
+    dup = fold([msg(user(1), offset=4)], store)
+    assert dup.counts.duplicate == 1
+    assert codec.decode(store[b"s1"]).tally.as_list() == [3, 1, 0]
 
 
 def test_one_row_and_one_update_per_session_per_batch() -> None:
     result = fold([msg(user(i), key=k, offset=i) for i in range(3) for k in (b"a", b"b")])
     assert sorted(c.session_id for c in result.sessions) == ["a", "b"]
     assert all(c.update["seq"] == 2 for c in result.sessions)
-    assert all(c.handle == 2 for c in result.sessions)  # its last message routes the row
+    assert all(c.handle == 0 for c in result.sessions)  # read and written via one partition
 
 
 def test_a_pure_redelivery_rewrites_and_republishes() -> None:
-    store: dict[str, bytes] = {}
+    store: dict[bytes, bytes] = {}
     fold([msg(user(0))], store)
     again = fold([msg(user(0))], store)
-    assert again.counts.duplicate == 1
+    assert again.counts.total == 0 and again.redelivered == 1
     assert again.sessions[0].update["seq"] == 0
 
 
 def test_an_unreadable_stored_row_faults_loudly_instead_of_starting_over() -> None:
-    result = fold([msg(user(5))], {"s1": b"\x00not a row"})
+    result = fold([msg(user(5))], {b"s1": b"\x00not a row"})
     update = result.sessions[0].update
     assert set(update["faults"]) == {"contextPressure", "contextBreakdown", "tokenUsage"}
     assert "stored row unreadable" in update["faults"]["tokenUsage"]["error"]
     assert result.counts.faulted == 1
-    assert codec.decode(result.sessions[0].row).slots[0].fault is not None
+    assert codec.decode(result.sessions[0].row).slots["contextPressure"].fault is not None
 
 
 def test_decode_reads_a_single_event_and_a_segment() -> None:
@@ -175,3 +190,108 @@ def test_hostile_input_never_raises_and_every_event_is_counted(values: list[Any]
         expected += len(value) if isinstance(value, list) and value else 1
     result = fold(messages)
     assert result.counts.total == expected
+
+
+# --- poison pills, limits, quarantine (nothing may stop a partition) -------------------------
+
+
+def deep(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b'{"type":"\\ud800","seq":0,"time":1,"data":1}',  # lone surrogate in the type
+        b'{"type":"user/message","seq":0,"time":1,"data":{"x":"\\udfff"},"surfaceOp":"append"}',
+        deep(1000),
+        deep(1023),
+        b"[" + deep(1000) + b"]",  # a segment whose element is nested 1,000 deep
+        b'{"type":"x","seq":0,"time":1,"data":{"a":' + deep(1000) + b"}}",
+        b'{"type":"' + b"t" * 335_000 + b'","seq":0,"time":1,"data":1}',
+    ],
+)
+def test_poison_pills_are_folded_or_dead_lettered_and_every_record_is_bounded(
+    value: bytes,
+) -> None:
+    result = fold([msg(value)])
+    assert result.counts.total >= 1
+    for change in result.sessions:
+        assert len(change.row) < 10_000
+        encoded = orjson.dumps(change.update)
+        assert len(encoded) < 10_000
+    for letter in result.dead_letters:
+        assert len(letter.reason) <= Limits().error_chars
+        letter.reason.encode()  # encodable
+
+
+def test_a_huge_type_is_faulted_with_a_truncated_reason() -> None:
+    result = fold([msg(b'{"type":' + orjson.dumps("t" * 335_000) + b',"seq":0,"time":1,"data":1}')])
+    (change,) = result.sessions
+    errors = [f["error"] for f in change.update["faults"].values()]
+    assert all("truncated, 335," in e and len(e) <= 500 for e in errors)
+    assert len(change.row) < 3_000
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (msg(b"x" * 2_000, key=b"s"), "message of 2,000 bytes exceeds 1,500"),
+        (msg(user(0), key=b"k" * 65), "session key of 65 bytes exceeds 64"),
+        (msg([user(i) for i in range(9)]), "segment of 9 events exceeds 8"),
+    ],
+)
+def test_limits_dead_letter_with_a_clear_reason(message: Message[int], reason: str) -> None:
+    limits = Limits(message_bytes=1_500, key_bytes=64, segment_events=8, dead_letter_bytes=100)
+    result = fold([message], limits=limits)
+    (letter,) = result.dead_letters
+    assert reason in letter.reason
+    assert len(letter.value) <= 100
+    if len(message.value or b"") > 100:
+        assert dict(letter.headers())["original-bytes"] == str(len(message.value or b"")).encode()
+
+
+def test_an_unexpected_error_quarantines_only_that_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stream.session import batch as batch_module
+
+    real = batch_module.process
+
+    def explode(record: Any, event: Any) -> Any:
+        if event.seq == 1:
+            raise RuntimeError("boom")
+        return real(record, event)
+
+    monkeypatch.setattr(batch_module, "process", explode)
+    store: dict[bytes, bytes] = {}
+    result = fold([msg(user(0)), msg(user(1), offset=1), msg(user(0), key=b"t", offset=2)], store)
+    assert result.quarantined == 1
+    (letter,) = result.dead_letters
+    assert "unexpected RuntimeError while folding: boom" in letter.reason
+    assert letter.offset == 1
+    assert sorted(c.session_id for c in result.sessions) == ["s1", "t"]
+    assert result.counts.as_dict() == {
+        "folded": 2,
+        "duplicate": 0,
+        "faulted": 0,
+        "dead_lettered": 1,
+    }
+
+
+def test_a_session_that_changes_partition_is_read_and_written_through_one() -> None:
+    a = Message(b"s1", orjson.dumps(user(0)), "events", 0, 0, 100)
+    b = Message(b"s1", orjson.dumps(user(1)), "events", 1, 0, 200)
+    result = fold_batch([a, b], lambda key, handle: None)
+    handles = sorted(c.handle for c in result.sessions)
+    assert handles == [100, 200]  # two rows, one per partition: never read here, written there
+    faults = [c.update.get("faults") for c in result.sessions]
+    assert faults[1] is not None and "gap: expected seq 0, got 1" in str(faults[1])
+
+
+def test_stored_rows_that_do_not_fit_the_schema_become_a_row_fault() -> None:
+    for row in (b"[1]", b'[1,0,["contextPressure",1,0,null,[1,2]]]', b"[2,0,-1,[0,0,0]," + b"1]"):
+        result = fold([msg(user(3))], {b"s1": row})
+        assert "stored row unreadable" in str(result.sessions[0].update["faults"])
+    clean = fold([msg(user(0))], {b"s1": b"[1]"})
+    assert "faults" not in clean.sessions[0].update  # from seq 0 it simply starts over

@@ -1,11 +1,14 @@
-"""The session row codec (SPEC §5): compact, exact, versioned per projection."""
+"""The session row codec: compact, exact, versioned per projection.
+
+Contract: "Per-session processing".
+"""
 
 from typing import Any
 
 import orjson
 import pytest
 
-from stream.session import codec
+from stream.session import codec, processor
 from stream.session.processor import (
     PROJECTIONS,
     Outcome,
@@ -49,7 +52,7 @@ def run(events: list[Any], record: SessionRecord | None = None) -> SessionRecord
 
 def edit_row(row: bytes, key: str, index: int, value: Any) -> bytes:
     raw = orjson.loads(row)
-    for entry in raw[2:]:
+    for entry in raw[4:]:
         if entry[0] == key:
             entry[index] = value
     return orjson.dumps(raw)
@@ -68,14 +71,21 @@ def test_round_trip_is_byte_identical(length: int) -> None:
 def test_round_trip_keeps_claims_and_prompts() -> None:
     record = run(LOG)  # ends on a metering event: both surface claims are armed
     decoded = codec.decode(codec.encode(record))
-    assert decoded.slots[0].state.claim is not None
-    assert decoded.slots[1].state.claim is not None
-    assert decoded.slots[1].state.prompts == record.slots[1].state.prompts == ((2, 8), (6, 11))
+    assert decoded.slots["contextPressure"].state.claim is not None
+    assert decoded.slots["contextBreakdown"].state.claim is not None
+    assert (
+        decoded.slots["contextBreakdown"].state.prompts
+        == record.slots["contextBreakdown"].state.prompts
+        == ((2, 8), (6, 11))
+    )
     # the decoded claim consumes exactly like the original
     for target in (record, decoded):
         assert process(target, user(9, "x", op=replace(3, 5))) is Outcome.FOLDED
     assert codec.encode(decoded) == codec.encode(record)
-    assert decoded.slots[1].state.prompts == ((2, 8), (6, 11))  # seqs 3-5 hold no prompt
+    assert decoded.slots["contextBreakdown"].state.prompts == (
+        (2, 8),
+        (6, 11),
+    )  # seqs 3-5 hold no prompt
 
 
 def test_round_trip_keeps_faults() -> None:
@@ -90,7 +100,7 @@ def test_row_layout() -> None:
     raw = orjson.loads(codec.encode(record))
     assert raw[0] == codec.ROW_FORMAT
     assert raw[1] == record.seen == 1
-    assert [entry[:4] for entry in raw[2:]] == [[p.key, p.version, 1, None] for p in PROJECTIONS]
+    assert [entry[:4] for entry in raw[4:]] == [[p.key, p.version, 1, None] for p in PROJECTIONS]
 
 
 # --- version bumps ------------------------------------------------------------------------------
@@ -102,13 +112,13 @@ def test_version_bump_discards_only_that_projection(index: int) -> None:
     key = PROJECTIONS[index].key
     stale = edit_row(codec.encode(record), key, 1, PROJECTIONS[index].version - 1)
     decoded = codec.decode(stale)
-    for i, (projection, slot) in enumerate(zip(PROJECTIONS, decoded.slots, strict=True)):
+    for i, (projection, slot) in enumerate(zip(PROJECTIONS, decoded, strict=True)):
         if i == index:
             assert slot.cursor == -1
             assert slot.fault is None
             assert slot.state == projection.init()
         else:
-            assert slot == record.slots[i]
+            assert slot == list(record)[i]
     assert decoded.seen == record.seen
 
 
@@ -121,7 +131,7 @@ def test_replay_rebuilds_the_discarded_projection(index: int) -> None:
 
     def kept() -> list[Any]:
         raw = orjson.loads(codec.encode(decoded))
-        return [raw[2 + i] for i in others]
+        return [raw[4 + i] for i in others]
 
     before = kept()
     for event in LOG:  # replaying the input topic: the others skip it as duplicates
@@ -133,9 +143,9 @@ def test_replay_rebuilds_the_discarded_projection(index: int) -> None:
 def test_breakdown_version_6_discards_version_5_rows() -> None:
     record = run(LOG)
     decoded = codec.decode(edit_row(codec.encode(record), "contextBreakdown", 1, 5))
-    assert decoded.slots[1].cursor == -1
-    assert decoded.slots[0] == record.slots[0]
-    assert decoded.slots[2] == record.slots[2]
+    assert decoded.slots["contextBreakdown"].cursor == -1
+    assert decoded.slots["contextPressure"] == record.slots["contextPressure"]
+    assert decoded.slots["tokenUsage"] == record.slots["tokenUsage"]
 
 
 def test_unknown_and_missing_projection_keys() -> None:
@@ -144,9 +154,9 @@ def test_unknown_and_missing_projection_keys() -> None:
     raw.append(["retiredProjection", 3, 8, None, [1, 2, 3]])
     raw = [entry for entry in raw if not (type(entry) is list and entry[0] == "tokenUsage")]
     decoded = codec.decode(orjson.dumps(raw))
-    assert decoded.slots[0] == record.slots[0]
-    assert decoded.slots[1] == record.slots[1]
-    assert decoded.slots[2].cursor == -1  # new projection: rebuilt by replay
+    assert decoded.slots["contextPressure"] == record.slots["contextPressure"]
+    assert decoded.slots["contextBreakdown"] == record.slots["contextBreakdown"]
+    assert decoded.slots["tokenUsage"].cursor == -1  # new projection: rebuilt by replay
 
 
 @pytest.mark.parametrize(
@@ -161,7 +171,7 @@ def test_unreadable_rows(row: bytes) -> None:
 
 
 def test_row_size_does_not_follow_the_message_count() -> None:
-    # seed 000: long tool-heavy runs kept ~2,000 per-node entries; version 6 keeps none.
+    # docs/notes/007: long tool-heavy runs kept ~2,000 per-node entries; version 6 keeps none.
     def row(n: int) -> bytes:
         return codec.encode(run([user(i, "abcd") for i in range(n)]))
 
@@ -179,3 +189,46 @@ def test_row_size_follows_the_retained_prompts() -> None:
     five = [*events, *(system(2000 + k, f"Prompt {k}.") for k in range(4))]
     five_prompts = codec.encode(run(five))
     assert len(five_prompts) - len(one_prompt) < 4 * 12
+
+
+def test_a_version_bump_mid_session_waits_for_the_replay_without_faulting() -> None:
+    record = run(LOG)
+    key = "contextBreakdown"
+    decoded = codec.decode(edit_row(codec.encode(record), key, 1, 10_000))
+    assert decoded.slots[key].rebuilding
+    live = process(decoded, user(len(LOG), "live"))
+    assert live is Outcome.FOLDED
+    out = processor.update("s", decoded)
+    assert "faults" not in out and out["rebuilding"] == [key] and key not in out
+    for event in LOG:  # the replay from seq 0 rebuilds it; the others skip it
+        process(decoded, event)
+    process(decoded, user(len(LOG), "live"))
+    fresh = run([*LOG, user(len(LOG), "live")])
+    assert processor.update("s", decoded) == processor.update("s", fresh)
+
+
+def test_format_1_rows_are_read() -> None:
+    record = run(LOG)
+    raw = orjson.loads(codec.encode(record))
+    old = [1, raw[1], *(entry[:5] for entry in raw[4:])]
+    decoded = codec.decode(orjson.dumps(old))
+    assert processor.views(decoded) == processor.views(record)
+    assert decoded.offset == -1 and decoded.tally.total == 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (lambda raw: raw[4].__setitem__(2, "x"), "cursor"),
+        (lambda raw: raw[4].__setitem__(4, [1, 2]), "contextPressure state"),
+        (lambda raw: raw[5][4].__setitem__(3, [1]), "pairs"),
+        (lambda raw: raw[6][4].__setitem__(0, [1, 2, 3]), "totals"),
+        (lambda raw: raw.__setitem__(3, [1]), "tally"),
+        (lambda raw: raw[4].__setitem__(3, [1, 2]), "fault error"),
+    ],
+)
+def test_rows_are_validated_against_the_state_schema(edit: Any, why: str) -> None:
+    raw = orjson.loads(codec.encode(run(LOG)))
+    edit(raw)
+    with pytest.raises(codec.RowError, match=why):
+        codec.decode(orjson.dumps(raw))

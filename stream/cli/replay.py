@@ -1,0 +1,492 @@
+"""``stream replay`` and ``stream lag``: move the worker group's input offsets, rebuild the
+table state, and watch the group work through what it has to read.
+
+``stream replay`` only acts while the group has no live members (the workers are
+stopped): it prints the plan, then commits the new offsets; with ``--rebuild`` it also
+writes the next generation and state epoch to the control topic and truncates the table's
+changelog, so every worker drops its local state at start and refolds from the offsets.
+"""
+
+import argparse
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+import orjson
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+
+from stream.cli.progress import Rate, duration, eta, interactive, progress, stdout_console
+from stream.config import ConfigError, Settings
+from stream.ops.admin import admin as admin_client
+from stream.ops.control import (
+    RebuildPlan,
+    changelog_state,
+    changelog_topic,
+    control_topic,
+    plan_rebuild,
+    read_control,
+    truncate_changelog,
+    write_control,
+)
+from stream.ops.lag import LagReport, read_lag
+from stream.ops.offsets import (
+    AtOffsets,
+    AtTime,
+    Earliest,
+    GroupBusy,
+    GroupState,
+    Latest,
+    PlanError,
+    ResetPlan,
+    Target,
+    apply_reset,
+    describe_group,
+    offsets_for_time,
+    plan_reset,
+    snapshot,
+)
+
+BROKER_ERRORS = (KafkaException, RuntimeError, TimeoutError, ValueError)
+
+
+def register(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="reset the worker group's input offsets (workers stopped); --rebuild also"
+        " discards the table state",
+        description="Move the worker group's committed input offsets. Refuses while the"
+        " group has live members. Offsets and counts are records (a --segment N message"
+        " holds up to N events).",
+    )
+    where = replay.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-earliest", action="store_true", help="the earliest retained record")
+    where.add_argument(
+        "--to-latest",
+        action="store_true",
+        help="the end: skip what is there (then `stream produce` a complete source)",
+    )
+    where.add_argument(
+        "--to-datetime",
+        metavar="ISO-8601",
+        help="the first record at or after this instant, e.g. 2026-05-01T12:00:00Z",
+    )
+    where.add_argument(
+        "--to-offset",
+        nargs="+",
+        metavar="PARTITION:OFFSET",
+        help="these offsets; other partitions stay where they are",
+    )
+    replay.add_argument("--partitions", metavar="P,P,...", help="only these input partitions")
+    replay.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="also discard the table state: truncate its changelog and bump the state epoch"
+        " and the rebuild generation, so every worker drops its local copy and refolds",
+    )
+    replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    replay.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to this long for the group's members to leave",
+    )
+    replay.set_defaults(run=run_replay)
+
+    lag = commands.add_parser(
+        "lag",
+        help="the worker group's committed and end offsets, lag per input partition, members",
+    )
+    lag.add_argument(
+        "--watch", action="store_true", help="refresh: read rate, remaining records, ETA"
+    )
+    lag.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    lag.add_argument(
+        "--until-caught-up", action="store_true", help="with --watch: stop once the lag is 0"
+    )
+    lag.add_argument("--seconds", type=float, help="with --watch: stop after this long")
+    lag.add_argument("--json", action="store_true", help="JSON (one object per refresh)")
+    lag.set_defaults(run=run_lag)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as error:
+        print(f"stream: configuration error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+# -- arguments --------------------------------------------------------------------------
+
+
+def parse_instant(text: str) -> int:
+    """Epoch milliseconds of an ISO-8601 instant; a UTC offset is required (a bare local
+    time would mean different instants on different hosts)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise PlanError(f"--to-datetime: not an ISO-8601 date-time: {text!r}") from None
+    if when.tzinfo is None:
+        raise PlanError(f"--to-datetime: give a UTC offset, e.g. {text}Z or {text}+02:00")
+    return int(when.timestamp() * 1000)
+
+
+def parse_offsets(items: list[str]) -> AtOffsets:
+    pairs = []
+    for item in items:
+        partition, _, offset = item.partition(":")
+        try:
+            pair = (int(partition), int(offset))
+        except ValueError:
+            raise PlanError(f"--to-offset: expected PARTITION:OFFSET, got {item!r}") from None
+        if min(pair) < 0:
+            raise PlanError(f"--to-offset: negative partition or offset in {item!r}")
+        pairs.append(pair)
+    return AtOffsets(tuple(pairs))
+
+
+def parse_partitions(text: str | None) -> frozenset[int] | None:
+    if text is None:
+        return None
+    try:
+        chosen = frozenset(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise PlanError(f"--partitions: expected P,P,..., got {text!r}") from None
+    if not chosen:
+        raise PlanError("--partitions: no partition given")
+    return chosen
+
+
+def _target(args: argparse.Namespace) -> Target:
+    if args.to_earliest:
+        return Earliest()
+    if args.to_latest:
+        return Latest()
+    if args.to_datetime is not None:
+        return AtTime(parse_instant(args.to_datetime))
+    return parse_offsets(args.to_offset)
+
+
+# -- stream replay -------------------------------------------------------------------------
+
+
+def _wait_for_empty(
+    admin: AdminClient, settings: Settings, seconds: float, quiet: bool
+) -> GroupState:
+    deadline = time.monotonic() + seconds
+    while True:
+        state = describe_group(admin, settings.app_id, settings.input_topic)
+        if not state.members or time.monotonic() >= deadline:
+            return state
+        if not quiet:
+            print(
+                f"stream replay: waiting for {len(state.members)} member(s) to leave",
+                file=sys.stderr,
+            )
+            quiet = True
+        time.sleep(1.0)
+
+
+def _number(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def plan_table(plan: ResetPlan) -> Table:
+    table = Table(
+        title=f"replay of group {plan.group} on {plan.topic} to {plan.target}",
+        title_justify="left",
+        show_footer=True,
+    )
+    table.add_column("partition", "total", justify="right")
+    table.add_column("committed", justify="right")
+    table.add_column("earliest", justify="right")
+    table.add_column("end", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("re-read", f"{plan.rereads:,}", justify="right")
+    table.add_column("skipped", f"{plan.skips:,}", justify="right")
+    table.add_column("to read", f"{plan.backlog:,}", justify="right")
+    table.add_column("note")
+    for p in plan.partitions:
+        table.add_row(
+            str(p.partition),
+            _number(p.committed),
+            _number(p.low),
+            _number(p.high),
+            _number(p.target) + ("" if p.changes else " (=)"),
+            _number(p.rereads),
+            _number(p.skips),
+            _number(p.backlog),
+            p.note,
+        )
+    return table
+
+
+def rebuild_lines(settings: Settings, plan: RebuildPlan) -> list[str]:
+    current, following = plan.current, plan.next
+    lines = []
+    if following is None:
+        lines.append(
+            f"rebuild: already in place (generation {current.generation},"
+            f" epoch {current.epoch} in {control_topic(settings)})"
+        )
+    else:
+        lines.append(
+            f"rebuild: {control_topic(settings)} generation {current.generation} ->"
+            f" {following.generation}, state epoch {current.epoch} -> {following.epoch}"
+            " (every worker drops its local table state at start)"
+        )
+    held = ", ".join(f"{p.partition}: {p.low:,}..{p.high:,}" for p in plan.changelog if p.records)
+    lines.append(
+        f"rebuild: truncate {changelog_topic(settings)} ({held})"
+        if held
+        else f"rebuild: {changelog_topic(settings)} holds nothing in these partitions"
+    )
+    return lines
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    settings = _settings()
+    try:
+        target = _target(args)
+        only = parse_partitions(args.partitions)
+    except PlanError as error:
+        print(f"stream replay: {error}", file=sys.stderr)
+        return 2
+    out = stdout_console()
+    admin = admin_client(settings)
+    group, topic = settings.app_id, settings.input_topic
+    try:
+        state = _wait_for_empty(admin, settings, args.wait, quiet=False)
+        offsets = snapshot(admin, group, topic)
+        times = None
+        if isinstance(target, AtTime):
+            chosen = sorted(only) if only else [p.partition for p in offsets]
+            times = offsets_for_time(settings, topic, chosen, target.ms)
+        plan = plan_reset(offsets, target, group=group, topic=topic, only=only, times=times)
+        rebuild = None
+        if args.rebuild:
+            selected = [p.partition for p in plan.partitions]
+            rebuild = plan_rebuild(
+                read_control(settings),
+                plan,
+                changelog_state(settings, admin, selected),
+                settings.generation,
+            )
+    except PlanError as error:
+        print(f"stream replay: {error}", file=sys.stderr)
+        return 2
+    except BROKER_ERRORS as error:
+        print(f"stream replay: {settings.bootstrap_servers}: {error}", file=sys.stderr)
+        return 1
+    out.print(plan_table(plan))
+    for line in rebuild_lines(settings, rebuild) if rebuild else []:
+        out.print(line, highlight=False)
+    if rebuild and not isinstance(target, Earliest | Latest):
+        out.print(
+            "warning: a rebuild from a mid-point faults every session that began before it"
+            " (gap); rebuild --to-earliest, or --to-latest and `stream produce` the logs",
+            highlight=False,
+        )
+    if state.members:
+        print(f"stream replay: refusing: {GroupBusy(state)}", file=sys.stderr)
+        return 1
+    moving = plan.changes
+    if not moving and (rebuild is None or rebuild.next is None):
+        out.print("nothing to change: the group is already at these offsets", highlight=False)
+        return 0
+    if args.dry_run:
+        out.print(
+            f"dry run: nothing changed ({len(moving)} partition(s) would move,"
+            f" {plan.rereads:,} records re-read)",
+            highlight=False,
+        )
+        return 0
+    try:
+        _apply(settings, admin, plan, rebuild)
+    except BROKER_ERRORS as error:
+        print(f"stream replay: failed, run it again to finish: {error}", file=sys.stderr)
+        return 1
+    out.print(
+        f"moved {len(moving)} partition(s) of group {group}; the workers read"
+        f" {plan.backlog:,} records from there ({plan.rereads:,} again)",
+        highlight=False,
+    )
+    if rebuild and rebuild.next:
+        out.print(
+            f"rebuild: generation {rebuild.next.generation}, epoch {rebuild.next.epoch} written;"
+            f" changelog truncated ({rebuild.dropped:,} offsets)",
+            highlight=False,
+        )
+    return 0
+
+
+def _apply(
+    settings: Settings, admin: AdminClient, plan: ResetPlan, rebuild: RebuildPlan | None
+) -> None:
+    """Offsets first: the broker refuses them if a worker joined since we looked, before
+    anything is discarded. Then the control record, then the changelog: were it truncated
+    first and the record lost, a rerun would see an empty changelog and skip the epoch."""
+    steps = 1 + (len(rebuild.changelog) + 1 if rebuild and rebuild.next else 0)
+    with progress("replay", total=steps, unit="steps", transient=True) as bar:
+        apply_reset(admin, plan)
+        bar.advance()
+        if rebuild and rebuild.next:
+            write_control(settings, rebuild.next)
+            bar.advance()
+            truncate_changelog(settings, admin, rebuild.changelog, on_done=lambda _: bar.advance())
+
+
+# -- stream lag ---------------------------------------------------------------------------
+
+
+def lag_table(report: LagReport, extra: str = "") -> Table:
+    owner = {p: m for m in report.state.members for p in m.partitions}
+    table = Table(
+        title=f"group {report.group} ({report.state.state.lower()}) on {report.topic}"
+        + (f"  {extra}" if extra else ""),
+        title_justify="left",
+        show_footer=True,
+    )
+    table.add_column("partition", "total", justify="right")
+    table.add_column("committed", justify="right")
+    table.add_column("end", f"{report.end:,}", justify="right")
+    table.add_column("lag", f"{report.lag:,}", justify="right")
+    table.add_column("member")
+    for p in report.partitions:
+        member = owner.get(p.partition)
+        table.add_row(
+            str(p.partition),
+            _number(p.committed),
+            _number(p.high),
+            _number(p.lag),
+            f"{member.client_id}@{member.host.lstrip('/')}" if member else "",
+        )
+    return table
+
+
+def members_table(state: GroupState) -> Table | str:
+    if not state.members:
+        return f"no live members (group {state.state.lower()})"
+    table = Table(title="members", title_justify="left")
+    for name in ("client id", "host", "input partitions", "member id"):
+        table.add_column(name)
+    for m in state.members:
+        table.add_row(
+            m.client_id, m.host.lstrip("/"), ",".join(map(str, m.partitions)), m.member_id
+        )
+    return table
+
+
+def run_lag(args: argparse.Namespace) -> int:
+    settings = _settings()
+    admin = admin_client(settings)
+    try:
+        if args.watch:
+            return _watch(args, settings, admin)
+        report = read_lag(settings, admin)
+    except PlanError as error:
+        print(f"stream lag: {error}", file=sys.stderr)
+        return 2
+    except BROKER_ERRORS as error:
+        print(f"stream lag: {settings.bootstrap_servers}: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(orjson.dumps(report.as_json()).decode())
+        return 0
+    out = stdout_console()
+    out.print(lag_table(report))
+    out.print(members_table(report.state))
+    return 0
+
+
+class CatchUp:
+    """Read rate, arrival rate and ETA from successive lag reports."""
+
+    def __init__(self, first: LagReport, window: float) -> None:
+        self.first = first
+        self.reads, self.arrivals = Rate(window), Rate(window)
+        self.peak = 0.0
+        self.observe(first)
+
+    def observe(self, report: LagReport) -> None:
+        self.last = report
+        self.reads.add(report.taken_at, report.position)
+        self.arrivals.add(report.taken_at, report.end)
+        self.peak = max(self.peak, self.reads.per_second or 0.0)
+
+    @property
+    def read(self) -> int:
+        return self.last.position - self.first.position
+
+    @property
+    def eta(self) -> float | None:
+        """At the net rate: records read minus records arriving."""
+        reads, arrivals = self.reads.per_second, self.arrivals.per_second
+        net = None if reads is None else reads - (arrivals or 0.0)
+        return eta(self.last.lag, net)
+
+    def line(self) -> str:
+        rate = self.reads.per_second
+        return (
+            f"lag {self.last.lag:,}  read {self.read:,}"
+            f"  at {0 if rate is None else rate:,.0f} records/s"
+            f" (arriving {self.arrivals.per_second or 0:,.0f}/s)"
+            f"  ETA {duration(self.eta)}  members {len(self.last.state.members)}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return self.last.as_json() | {
+            "read": self.read,
+            "rate": self.reads.per_second,
+            "arrivalRate": self.arrivals.per_second,
+            "etaSeconds": self.eta,
+        }
+
+
+def _watch(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> int:
+    started = time.monotonic()
+    catch_up = CatchUp(read_lag(settings, admin), window=max(10.0, 5 * args.interval))
+
+    def finished() -> bool:
+        if args.until_caught_up and catch_up.last.lag == 0:
+            return True
+        return args.seconds is not None and time.monotonic() - started >= args.seconds
+
+    def tick() -> None:
+        time.sleep(args.interval)
+        catch_up.observe(read_lag(settings, admin))
+
+    err = Console(stderr=True)
+    if interactive(err) and not args.json:
+
+        def board() -> RenderableType:
+            return Group(lag_table(catch_up.last, catch_up.line()), "")
+
+        total = catch_up.first.lag
+        with progress("catching up", total=total, unit="records", above=board) as bar:
+            while not finished():
+                tick()
+                bar.update(completed=catch_up.read, total=catch_up.read + catch_up.last.lag)
+    else:
+        while True:
+            if args.json:
+                print(orjson.dumps(catch_up.as_json()).decode(), flush=True)
+            else:
+                print(f"{time.strftime('%H:%M:%S')} {catch_up.line()}", flush=True)
+            if finished():
+                break
+            tick()
+    elapsed = catch_up.last.taken_at - catch_up.first.taken_at
+    average = catch_up.read / elapsed if elapsed > 0 else 0.0
+    summary = (
+        f"read {catch_up.read:,} records in {elapsed:.1f} s"
+        f" (average {average:,.0f} records/s, peak {catch_up.peak:,.0f} records/s),"
+        f" lag {catch_up.last.lag:,}"
+    )
+    print(summary, file=sys.stderr if args.json else sys.stdout, flush=True)
+    return 0

@@ -1,0 +1,116 @@
+// The context meter model and formatting, shared by the page's scripts.
+// Mirrors stream/gateway/meter.py (keep the two in step): the ring is the provider figure
+// (projectedTokens / contextWindow); the bar's segments take their RELATIVE proportions
+// from the heuristic breakdown; the `~` rows show the heuristic figures unscaled.
+
+export const BREAKDOWN = [
+  ["systemTokens", "system"],
+  ["toolsTokens", "tools"],
+  ["messageTokens", "messages"],
+];
+export const USAGE = [
+  ["uncachedInputTokens", "Input"],
+  ["outputTokens", "Output"],
+  ["cacheReadTokens", "Cache read"],
+  ["cacheWriteTokens", "Cache write"],
+];
+export const WARN_PERCENT = 70;
+export const HIGH_PERCENT = 90;
+
+const section = (update, key) => {
+  const value = update && update[key];
+  return value && typeof value === "object" && !Array.isArray(value) ? value : {};
+};
+const count = (value) => (Number.isInteger(value) ? value : null);
+
+export function meter(update) {
+  const pressure = section(update, "contextPressure");
+  const breakdown = section(update, "contextBreakdown");
+  const usage = section(update, "tokenUsage");
+  const rows = BREAKDOWN.map(([key, label]) => ({
+    key,
+    label,
+    tokens: Math.max(0, count(breakdown[key]) ?? 0),
+  }));
+  const total = rows.reduce((sum, row) => sum + row.tokens, 0);
+  for (const row of rows) row.share = total ? row.tokens / total : 0;
+  const capacity = count(pressure.contextWindow);
+  const used = count(pressure.projectedTokens);
+  const percent = used !== null && capacity ? (100 * used) / capacity : null;
+  const level =
+    percent === null || percent < WARN_PERCENT ? "ok" : percent < HIGH_PERCENT ? "warn" : "high";
+  const faults = Object.entries(section(update, "faults")).map(([projection, fault]) => ({
+    projection,
+    seq: fault && count(fault.seq),
+    error: fault && typeof fault === "object" ? String(fault.error ?? "") : String(fault),
+  }));
+  return {
+    sessionId: String(update.sessionId ?? ""),
+    seq: count(update.seq),
+    capacity,
+    used,
+    pressure: count(pressure.pressureTokens),
+    percent,
+    level,
+    rows,
+    segments: rows.filter((row) => row.tokens > 0), // zero-width segments are not drawn
+    usage: USAGE.map(([key, label]) => ({ key, label, tokens: count(usage[key]) ?? 0 })),
+    faults,
+  };
+}
+
+export const tokens = (n) => (n === null || n === undefined ? "—" : n.toLocaleString("en-US"));
+
+export function percentText(percent) {
+  return percent === null ? "—" : `${percent.toFixed(1)}%`;
+}
+
+export function ago(ms, now = Date.now()) {
+  if (!ms) return "—";
+  const seconds = Math.max(0, Math.round((now - ms) / 1000));
+  if (seconds < 60) return `${seconds}s ago`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
+  return new Date(ms).toLocaleString();
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+const RADIUS = 42;
+const CIRCUMFERENCE = 2 * Math.PI * RADIUS;
+
+// An SVG occupancy ring (track + arc); setRing() moves it.
+export function ring(className = "ring") {
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 100 100");
+  svg.setAttribute("class", className);
+  svg.setAttribute("aria-hidden", "true");
+  for (const part of ["ring-track", "ring-arc"]) {
+    const circle = document.createElementNS(SVG, "circle");
+    circle.setAttribute("cx", "50");
+    circle.setAttribute("cy", "50");
+    circle.setAttribute("r", String(RADIUS));
+    circle.setAttribute("class", part);
+    svg.append(circle);
+  }
+  setRing(svg, null, "ok");
+  return svg;
+}
+
+export function setRing(svg, percent, level) {
+  const arc = svg.querySelector(".ring-arc");
+  const filled = percent === null ? 0 : (Math.min(100, percent) / 100) * CIRCUMFERENCE;
+  arc.setAttribute("stroke-dasharray", `${filled} ${CIRCUMFERENCE}`);
+  svg.dataset.level = level;
+  svg.dataset.percent = percent === null ? "" : percent.toFixed(3);
+}
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === "class") node.className = value;
+    else if (name === "text") node.textContent = value;
+    else node.setAttribute(name, value);
+  }
+  node.append(...children);
+  return node;
+}

@@ -1,0 +1,398 @@
+"""The rebuild control record, and each worker's side of it: drop discarded local state.
+
+One compacted, single-partition topic ``{STREAM_APP_ID}-control`` holds one record (key
+``control``, JSON value), written with acks=all by ``stream replay --rebuild`` and read by
+every worker before Faust starts (``prepare_state``):
+
+- ``generation``: the rebuild generation. A worker writes to Redis with the larger of it
+  and ``STREAM_GENERATION``, so rebuilt updates replace what is stored while a worker still
+  on an older generation cannot move a UI backwards. Nobody edits STREAM_GENERATION by hand.
+- ``epoch``: bumped whenever the table's changelog is truncated. A worker whose state
+  directory recorded another epoch removes its local RocksDB copy of the table before Faust
+  opens it; Faust would otherwise keep serving the discarded rows (it only reads the
+  changelog past what the local copy already holds).
+- ``rebuild``: the input offsets the last rebuild reset the group to, so repeating the same
+  rebuild before any worker ran is recognised and changes nothing.
+"""
+
+import logging
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from stream.config import Settings
+from stream.ops.admin import admin as admin_client
+from stream.ops.offsets import ResetPlan, watermarks
+
+log = logging.getLogger("stream.control")
+
+# stream.app.service.TABLE_NAME (a unit test keeps them equal); importing it would import
+# faust into every operator command.
+TABLE = "sessions"
+CONTROL_KEY = b"control"
+EPOCH_FILE = "epoch"  # in STREAM_STATE_DIR: the epoch this directory's table state is from
+
+
+def control_topic(settings: Settings) -> str:
+    return f"{settings.app_id}-control"
+
+
+def changelog_topic(settings: Settings) -> str:
+    """Faust's name for the table's changelog topic."""
+    return f"{settings.app_id}-{TABLE}-changelog"
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    generation: int = 0  # 0: never rebuilt through the control topic
+    epoch: int = 0
+    rebuild: tuple[tuple[int, int], ...] = ()  # (input partition, offset) of the last rebuild
+    topic: str = ""  # the input topic those offsets belong to
+    written_at: str = ""
+    written_by: str = ""
+
+    def worker_generation(self, configured: int) -> int:
+        """The generation a worker publishes with."""
+        return max(configured, self.generation)
+
+    def after_rebuild(self, configured: int, topic: str, targets: Mapping[int, int]) -> "Control":
+        """The record a rebuild writes: a generation above any in use, the next epoch."""
+        return Control(
+            generation=max(self.generation, configured) + 1,
+            epoch=self.epoch + 1,
+            rebuild=tuple(sorted(targets.items())),
+            topic=topic,
+        )
+
+    def stamped(self) -> "Control":
+        """With when and where it is written, for the operator reading it later."""
+        return replace(
+            self,
+            written_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            written_by=f"{socket.gethostname()}:{os.getpid()}",
+        )
+
+    def is_rebuild_to(self, topic: str, targets: Mapping[int, int]) -> bool:
+        return self.topic == topic and self.rebuild == tuple(sorted(targets.items()))
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {
+                "generation": self.generation,
+                "epoch": self.epoch,
+                "rebuild": {"topic": self.topic, "offsets": {str(p): o for p, o in self.rebuild}},
+                "writtenAt": self.written_at,
+                "writtenBy": self.written_by,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Control":
+        """Parse a control value; unknown fields are ignored (a newer writer may add some)."""
+        try:
+            value = orjson.loads(raw)
+            rebuild = value.get("rebuild") or {}
+            control = cls(
+                generation=value.get("generation", 0),
+                epoch=value.get("epoch", 0),
+                rebuild=tuple(
+                    sorted((int(p), o) for p, o in (rebuild.get("offsets") or {}).items())
+                ),
+                topic=rebuild.get("topic", ""),
+                written_at=value.get("writtenAt", ""),
+                written_by=value.get("writtenBy", ""),
+            )
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as error:
+            raise ValueError(f"unreadable control record {raw[:200]!r}: {error}") from None
+        numbers = (control.generation, control.epoch, *(o for _, o in control.rebuild))
+        if not all(type(n) is int and n >= 0 for n in numbers):
+            raise ValueError(f"control record with a bad number: {raw[:200]!r}")
+        return control
+
+
+# -- the control topic ----------------------------------------------------------------
+
+
+def read_control(settings: Settings, timeout: float = 20.0) -> Control:
+    """The current control record; ``Control()`` when none was ever written."""
+    topic = control_topic(settings)
+    # Listing every topic (no name) never auto-creates the one we look for.
+    if topic not in admin_client(settings).list_topics(timeout=timeout).topics:
+        return Control()
+    consumer = Consumer(
+        settings.librdkafka()
+        | {
+            "group.id": f"{settings.app_id}-control-reader",  # assigned, never joins/commits
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "log_level": 2,
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        if high <= low:
+            return Control()
+        consumer.assign([TopicPartition(topic, 0, low)])
+        latest: bytes | None = None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"reading {topic} took over {timeout:.0f} s")
+            message = consumer.poll(min(left, 1.0))
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break
+                raise KafkaException(error)
+            if message.key() == CONTROL_KEY:
+                latest = message.value()  # compaction keeps the last: so do we
+            if (message.offset() or 0) >= high - 1:
+                break
+    finally:
+        consumer.close()
+    return Control.decode(latest) if latest else Control()
+
+
+def ensure_control_topic(settings: Settings, admin: AdminClient, timeout: float = 20.0) -> None:
+    topic = control_topic(settings)
+    if topic in admin.list_topics(timeout=timeout).topics:
+        return
+    new = NewTopic(topic, 1, settings.replication_factor, config={"cleanup.policy": "compact"})
+    try:
+        admin.create_topics([new], request_timeout=timeout)[topic].result()
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
+def write_control(settings: Settings, control: Control, timeout: float = 30.0) -> None:
+    """Store ``control`` durably (acks=all, idempotent); raises when not acknowledged."""
+    ensure_control_topic(settings, admin_client(settings), timeout)
+    failures: list[str] = []
+
+    def delivered(error: KafkaError | None, _message: Any) -> None:
+        if error is not None:
+            failures.append(error.str())
+
+    producer = Producer(
+        settings.librdkafka() | {"acks": "all", "enable.idempotence": True, "log_level": 2}
+    )
+    producer.produce(
+        control_topic(settings),
+        key=CONTROL_KEY,
+        value=control.stamped().encode(),
+        on_delivery=delivered,
+    )
+    if producer.flush(timeout) or failures:
+        raise RuntimeError(
+            f"control record not acknowledged by {settings.bootstrap_servers}: "
+            + ("; ".join(failures) or f"still in flight after {timeout:.0f} s")
+        )
+
+
+# -- the changelog ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogPartition:
+    partition: int
+    low: int
+    high: int
+
+    @property
+    def records(self) -> int:
+        """Offsets still held (compaction leaves holes: an upper bound on the records)."""
+        return self.high - self.low
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildPlan:
+    current: Control
+    next: Control | None  # None: this very rebuild is already in place, nothing to write
+    changelog: tuple[ChangelogPartition, ...]  # the selected partitions, before truncation
+
+    @property
+    def dropped(self) -> int:
+        return sum(p.records for p in self.changelog)
+
+
+def plan_rebuild(
+    current: Control,
+    reset: ResetPlan,
+    changelog: Sequence[ChangelogPartition],
+    configured_generation: int,
+) -> RebuildPlan:
+    """What ``--rebuild`` writes on top of the offset reset (pure).
+
+    Repeating a rebuild before any worker ran finds the offsets at the targets, the
+    changelog empty and the control record naming the same targets: nothing to do. A
+    rebuild interrupted part way (offsets moved, control not yet written, changelog not yet
+    truncated) is never mistaken for a finished one, so running it again completes it.
+    """
+    targets = reset.targets()
+    done = (
+        not reset.changes
+        and all(p.records == 0 for p in changelog)
+        and current.is_rebuild_to(reset.topic, targets)
+    )
+    following = None if done else current.after_rebuild(configured_generation, reset.topic, targets)
+    return RebuildPlan(current, following, tuple(changelog))
+
+
+def changelog_state(
+    settings: Settings,
+    admin: AdminClient,
+    partitions: Collection[int] | None = None,
+    timeout: float = 20.0,
+) -> list[ChangelogPartition]:
+    """The changelog's partitions (those in ``partitions``); empty when it does not exist."""
+    topic = changelog_topic(settings)
+    metadata = admin.list_topics(timeout=timeout).topics.get(topic)
+    if metadata is None:
+        return []
+    chosen = sorted(p for p in metadata.partitions if partitions is None or p in partitions)
+    marks = watermarks(admin, topic, chosen, timeout) if chosen else {}
+    return [ChangelogPartition(p, *marks[p]) for p in chosen]
+
+
+def _set_cleanup_policy(admin: AdminClient, topic: str, policy: str, timeout: float) -> None:
+    entry = ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource("topic", topic, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource], request_timeout=timeout)[resource].result()
+
+
+def truncate_changelog(
+    settings: Settings,
+    admin: AdminClient,
+    parts: Sequence[ChangelogPartition],
+    timeout: float = 30.0,
+    on_done: Callable[[int], None] = lambda _: None,
+) -> None:
+    """Delete every record below each partition's end offset (DeleteRecords).
+
+    Brokers refuse DeleteRecords on a compact-only topic (POLICY_VIOLATION), which Faust's
+    changelogs are, so the policy is ``compact,delete`` for the duration and restored after.
+    """
+    parts = [p for p in parts if p.records > 0]
+    if not parts:
+        return
+    topic = changelog_topic(settings)
+    resource = ConfigResource("topic", topic)
+    described = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
+    policy = described["cleanup.policy"].value
+    if "delete" not in policy.split(","):
+        _set_cleanup_policy(admin, topic, "compact,delete", timeout)
+    try:
+        pending = {p.partition: p.high for p in parts}
+        deadline = time.monotonic() + timeout
+        while pending:
+            request = [TopicPartition(topic, p, high) for p, high in pending.items()]
+            for tp, future in admin.delete_records(request, request_timeout=timeout).items():
+                try:
+                    future.result()
+                except KafkaException as error:
+                    # The policy change reaches the partition leader a moment later.
+                    code = error.args[0].code()
+                    if code != KafkaError.POLICY_VIOLATION or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"cannot truncate {topic}[{tp.partition}]: {error}"
+                        ) from None
+                    continue
+                del pending[tp.partition]
+                on_done(tp.partition)
+            if pending:
+                time.sleep(0.2)
+    finally:
+        if "delete" not in policy.split(","):
+            _set_cleanup_policy(admin, topic, policy, timeout)
+
+
+# -- the worker's side: prepare_state ---------------------------------------------------
+
+_TABLE_FILE = re.compile(rf"{re.escape(TABLE)}-(\d+\.db|backups)")
+
+
+def local_table_paths(state_dir: Path) -> list[Path]:
+    """The table's local RocksDB data: ``{state_dir}/v{version}/tables/sessions-{p}.db``
+    (one per partition, standbys included) and Faust's ``sessions-backups``."""
+    return sorted(
+        path
+        for path in state_dir.glob("v*/tables/*")
+        if _TABLE_FILE.fullmatch(path.name) and path.parent.parent.name[1:].isdigit()
+    )
+
+
+def local_epoch(state_dir: Path) -> int:
+    """The epoch recorded in a state directory; 0 when none (never rebuilt)."""
+    try:
+        return int((state_dir / EPOCH_FILE).read_text().strip())
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        return -1  # unreadable: matches no epoch, so the state is dropped and rewritten
+
+
+def _record_epoch(state_dir: Path, epoch: int) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    temporary = state_dir / f".{EPOCH_FILE}.tmp"
+    temporary.write_text(f"{epoch}\n")
+    temporary.replace(state_dir / EPOCH_FILE)  # atomic: a crash leaves the old epoch
+
+
+def prepare_state(
+    settings: Settings, read: Callable[[Settings], Control] = read_control
+) -> Control:
+    """Call before Faust starts: drop the local table state when a rebuild discarded it.
+
+    Compares the control record's epoch with ``{STREAM_STATE_DIR}/epoch``; when they
+    differ, removes the table's local RocksDB data (Faust then restores what the changelog
+    still holds) and records the new epoch. Dropping is always safe, only slower to start.
+    Returns the control record: publish with ``control.worker_generation(settings.generation)``.
+    Raises ``RuntimeError`` (with the reason) when the record cannot be read or the state
+    cannot be removed: starting on discarded state would publish stale rows.
+    """
+    try:
+        control = read(settings)
+    except (KafkaException, TimeoutError, ValueError) as error:
+        raise RuntimeError(f"cannot read {control_topic(settings)}: {error}") from None
+    state_dir = Path(settings.state_dir)
+    recorded = local_epoch(state_dir)
+    if recorded != control.epoch:
+        dropped = local_table_paths(state_dir)
+        try:
+            for path in dropped:
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            _record_epoch(state_dir, control.epoch)
+        except OSError as error:
+            raise RuntimeError(f"cannot drop the local table state: {error}") from None
+        log.warning(
+            "state epoch %d (local %d): dropped local table state (%d paths under %s)",
+            control.epoch,
+            recorded,
+            len(dropped),
+            state_dir,
+        )
+    return control

@@ -1,0 +1,236 @@
+"""What the worker shows operators: Prometheus metrics, liveness and readiness.
+
+Served on ``STREAM_METRICS_PORT`` (0: off) by aiohttp on the worker's own event loop, so
+an answer from ``/livez`` proves the loop turns. ``/readyz`` is 200 only when partitions
+are assigned, tables are recovered and Redis answers. Counters count what the batches
+accounted for (new events, not redeliveries): after a run without crashes they equal
+the Redis totals; across crashes the Redis totals are the exact ones (see the README).
+"""
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from stream.config import Settings
+from stream.contract.events import READ_TYPES
+from stream.publish.publisher import RedisState
+
+log = logging.getLogger("stream.metrics")
+
+# Event types are input: only the ones the folds know get their own label value.
+_KNOWN_TYPES = frozenset(READ_TYPES) | {"session/start", "turn/start", "turn/end"}
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry
+    events: Counter
+    events_by_type: Counter
+    batches: Counter
+    batch_size: Histogram
+    fold_seconds: Histogram
+    publish_seconds: Histogram
+    produce_to_redis: Histogram
+    redelivered: Counter
+    quarantined: Counter
+    lag: Gauge
+    assigned_partitions: Gauge
+    generation: Gauge
+    sessions_faulted: Gauge
+    rocksdb_bytes: Gauge
+    redis_retrying: Gauge
+    redis_pending: Gauge
+    ready_gauge: Gauge
+    settings: Settings
+    redis: RedisState | None = None
+    assigned: list[int] = field(default_factory=list)
+    recovered: bool = False
+    fatal: str = ""
+    positions: dict[int, int] = field(default_factory=dict)  # next offset per partition
+    faulted: set[str] = field(default_factory=set)
+
+    @classmethod
+    def create(cls, settings: Settings) -> "Metrics":
+        r = CollectorRegistry()
+        seconds = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+        m = cls(
+            registry=r,
+            events=Counter("stream_events", "Input events by outcome", ["outcome"], registry=r),
+            events_by_type=Counter(
+                "stream_events_by_type", "Input events by event type", ["type"], registry=r
+            ),
+            batches=Counter("stream_batches", "Batches folded", registry=r),
+            batch_size=Histogram(
+                "stream_batch_messages",
+                "Messages per batch",
+                buckets=(1, 5, 10, 50, 100, 500, 1000, 2000, 5000),
+                registry=r,
+            ),
+            fold_seconds=Histogram(
+                "stream_fold_seconds", "Time to fold a batch", buckets=seconds, registry=r
+            ),
+            publish_seconds=Histogram(
+                "stream_publish_seconds",
+                "Time to deliver a batch to Kafka and Redis",
+                buckets=seconds,
+                registry=r,
+            ),
+            produce_to_redis=Histogram(
+                "stream_produce_to_redis_seconds",
+                "From the input record's timestamp to its update written",
+                buckets=seconds,
+                registry=r,
+            ),
+            redelivered=Counter(
+                "stream_redelivered_messages", "Messages already accounted for", registry=r
+            ),
+            quarantined=Counter(
+                "stream_quarantined_messages",
+                "Messages an unexpected error took out of a batch (dead-lettered)",
+                registry=r,
+            ),
+            lag=Gauge("stream_consumer_lag", "Messages behind the end", ["partition"], registry=r),
+            assigned_partitions=Gauge(
+                "stream_assigned_partitions", "Input partitions assigned", registry=r
+            ),
+            generation=Gauge("stream_generation", "Rebuild generation in use", registry=r),
+            sessions_faulted=Gauge(
+                "stream_sessions_faulted",
+                "Sessions on this worker with a faulted projection",
+                registry=r,
+            ),
+            rocksdb_bytes=Gauge("stream_rocksdb_bytes", "State directory size", registry=r),
+            redis_retrying=Gauge(
+                "stream_redis_retrying", "1 while Redis writes are failing", registry=r
+            ),
+            redis_pending=Gauge(
+                "stream_redis_pending_sessions", "Updates queued for Redis", registry=r
+            ),
+            ready_gauge=Gauge("stream_ready", "1 when /readyz is 200", registry=r),
+            settings=settings,
+        )
+        m.generation.set(settings.generation)
+        for outcome in ("folded", "duplicate", "faulted", "dead_lettered"):
+            m.events.labels(outcome)
+        return m
+
+    # -- updates from the agent --------------------------------------------------------
+    def observe_batch(self, events: list[Any], result: Any) -> None:
+        counts = result.counts
+        for outcome, value in counts.as_dict().items():
+            if value:
+                self.events.labels(outcome).inc(value)
+        for kind, value in result.types.items():
+            self.events_by_type.labels(kind if kind in _KNOWN_TYPES else "other").inc(value)
+        self.batches.inc()
+        self.batch_size.observe(len(events))
+        if result.redelivered:
+            self.redelivered.inc(result.redelivered)
+        if result.quarantined:
+            self.quarantined.inc(result.quarantined)
+        now = time.time()
+        for event in events:
+            message = event.message
+            self.positions[message.partition] = message.offset + 1
+        if events:
+            stamp = events[-1].message.timestamp
+            if stamp:
+                self.produce_to_redis.observe(max(0.0, now - stamp))
+        for change in result.sessions:
+            if "faults" in change.update:
+                self.faulted.add(change.session_id)
+            else:
+                self.faulted.discard(change.session_id)
+
+    def refresh(self, app: Any, table: Any, settings: Settings) -> None:
+        """Gauges read on a timer (cheap enough every 10 s)."""
+        self.assigned_partitions.set(len(self.assigned))
+        self.sessions_faulted.set(len(self.faulted))
+        self.rocksdb_bytes.set(_size(Path(settings.state_dir)))
+        consumer = getattr(app, "_consumer", None)
+        if consumer is not None:
+            for tp in list(getattr(app.assignor, "assigned_actives", lambda: [])()):
+                if tp.topic != settings.input_topic:
+                    continue
+                high = consumer.highwater(tp)
+                if high is None:
+                    continue
+                position = self.positions.get(tp.partition)
+                if position is None:
+                    continue
+                self.lag.labels(str(tp.partition)).set(max(0, high - position))
+        state = self.redis
+        if state is not None:
+            self.redis_retrying.set(1 if state.retrying else 0)
+            self.redis_pending.set(state.pending)
+
+    # -- probes -----------------------------------------------------------------------
+    def not_ready(self) -> list[str]:
+        reasons = []
+        if self.fatal:
+            reasons.append(f"stopping: {self.fatal}")
+        if not self.assigned:
+            reasons.append("no partitions assigned")
+        if not self.recovered:
+            reasons.append("tables not recovered")
+        if self.redis is None or self.redis.retrying:
+            reasons.append("redis not reachable" if self.redis else "redis not connected yet")
+        return reasons
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file compacted away mid-walk
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
+
+
+def application(metrics: Metrics) -> web.Application:
+    async def metrics_page(_: web.Request) -> web.Response:
+        ready = not metrics.not_ready()
+        metrics.ready_gauge.set(1 if ready else 0)
+        body = generate_latest(metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def livez(_: web.Request) -> web.Response:
+        # Answering at all proves the event loop turns; a fatal error means restart us.
+        if metrics.fatal:
+            return web.json_response({"live": False, "reason": metrics.fatal}, status=503)
+        return web.json_response({"live": True})
+
+    async def readyz(_: web.Request) -> web.Response:
+        reasons = metrics.not_ready()
+        metrics.ready_gauge.set(0 if reasons else 1)
+        body = {"ready": not reasons, "reasons": reasons, "partitions": metrics.assigned}
+        return web.json_response(body, status=503 if reasons else 200)
+
+    web_app = web.Application()
+    web_app.router.add_get("/metrics", metrics_page)
+    web_app.router.add_get("/livez", livez)
+    web_app.router.add_get("/readyz", readyz)
+    return web_app
+
+
+async def serve(metrics: Metrics, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(application(metrics), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    log.info("metrics and probes on http://%s:%d (/metrics, /livez, /readyz)", host, port)
+    return runner

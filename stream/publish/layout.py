@@ -1,0 +1,59 @@
+"""Where the service publishes in Redis: every key and channel name, in one place.
+
+| name | type | content |
+|---|---|---|
+| ``{prefix}session:{id}`` | hash | ``update`` (the JSON update), ``gen``, ``seq`` |
+| ``{prefix}session:{id}`` | channel | every accepted update, as written |
+| ``{prefix}recent`` | sorted set | session ids scored by the epoch ms of their last update |
+| ``{prefix}stats`` | hash | event totals: folded, duplicate, faulted, dead_lettered |
+| ``{prefix}tallies`` | hash | per session id, ``"folded duplicate faulted"`` (the totals' parts) |
+| ``{prefix}dead`` | hash | per ``topic:partition``, ``"gen count"`` of dead letters |
+| ``{prefix}marker`` | string | present while Redis holds what the workers published |
+
+The totals are sums of what the session rows hold, applied as differences by the
+writing script, so they stay exact under redelivery and come back with a re-seed.
+
+Readers (``stream watch``, the gateway, UI backends) and the writer use these functions,
+so a prefix means the same keys everywhere.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RedisLayout:
+    prefix: str = "ctx:"
+
+    def session_key(self, session_id: str) -> str:
+        """A session's latest update (hash) and its update channel (same name)."""
+        return f"{self.prefix}session:{session_id}"
+
+    @property
+    def session_pattern(self) -> str:
+        """``PSUBSCRIBE`` pattern matching every session's channel."""
+        return f"{self.prefix}session:*"
+
+    def session_id_of(self, key: str) -> str | None:
+        """The session id a key or channel name belongs to (``None`` for other names)."""
+        head = f"{self.prefix}session:"
+        return key[len(head) :] if key.startswith(head) else None
+
+    @property
+    def recent_key(self) -> str:
+        return f"{self.prefix}recent"
+
+    @property
+    def stats_key(self) -> str:
+        return f"{self.prefix}stats"
+
+    @property
+    def tallies_key(self) -> str:
+        return f"{self.prefix}tallies"
+
+    @property
+    def dead_key(self) -> str:
+        return f"{self.prefix}dead"
+
+    @property
+    def marker_key(self) -> str:
+        return f"{self.prefix}marker"

@@ -1,0 +1,69 @@
+"""The offline fold: a session's log lines through the same processor the worker runs.
+
+Pure: it takes lines already read (``(line number, parsed value)`` pairs, packed chunk
+rows as ``ChunkRun``), so ``stream fold``, ``stream verify``, the benchmarks and the
+tests all fold logs the one way, and the worker's batch fold and this one publish the
+same ``seq`` (``processor.published_seq``).
+"""
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from stream.contract.errors import Unreadable
+from stream.contract.events import Event, read_event
+from stream.contract.storage import ChunkRun
+from stream.session.processor import SessionRecord, process, process_run
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that is not an event: reported with its real position, never dropped."""
+
+    line: int
+    reason: str
+
+
+def events(lines: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, Event | ChunkRun | BadLine]]:
+    """Each line read at the envelope: an ``Event``, a ``ChunkRun``, or a ``BadLine``."""
+    for number, value in lines:
+        if type(value) is ChunkRun or type(value) is BadLine:
+            yield number, value
+            continue
+        try:
+            yield number, read_event(value)
+        except Unreadable as error:
+            yield number, BadLine(number, str(error))
+
+
+def fold_lines(
+    record: SessionRecord, lines: Iterable[tuple[int, Any]], every_event: bool = False
+) -> Iterator[BadLine | None]:
+    """Fold a log's lines into ``record``, counting every event in its tally.
+
+    Yields a ``BadLine`` for each unreadable line, and — only with ``every_event`` —
+    ``None`` after each event (a packed run is then folded one event at a time, so each
+    yield sees the record exactly as after that event).
+    """
+    tally = record.tally
+    for number, value in lines:
+        if type(value) is dict:
+            try:
+                event = read_event(value)
+            except Unreadable as error:
+                yield BadLine(number, str(error))
+                continue
+            tally.count(process(record, event))
+            if every_event:
+                yield None
+        elif type(value) is ChunkRun:
+            if every_event:
+                for seq in range(value.seq0, value.seq0 + value.size):
+                    tally.add(process_run(record, seq, 1))
+                    yield None
+            else:
+                tally.add(process_run(record, value.seq0, value.size))
+        elif type(value) is BadLine:
+            yield value
+        else:
+            yield BadLine(number, f"event must be a JSON object, got {type(value).__name__}")

@@ -1,0 +1,165 @@
+"""The control record, the rebuild plan and the worker's ``prepare_state`` (no broker)."""
+
+import ast
+from pathlib import Path
+
+import orjson
+import pytest
+
+import stream
+from stream.config import Settings
+from stream.ops.control import (
+    EPOCH_FILE,
+    TABLE,
+    ChangelogPartition,
+    Control,
+    changelog_topic,
+    control_topic,
+    local_epoch,
+    local_table_paths,
+    plan_rebuild,
+    prepare_state,
+)
+from stream.ops.offsets import Earliest, PartitionOffsets, plan_reset
+
+
+def test_table_name_is_the_apps() -> None:
+    # Parsed, not imported: importing the app module imports faust.
+    source = (Path(stream.__file__).parent / "app" / "service.py").read_text()
+    names = {
+        target.id: node.value.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert names["TABLE_NAME"] == TABLE
+
+
+def test_topic_names() -> None:
+    settings = Settings(app_id="ctx")
+    assert control_topic(settings) == "ctx-control"
+    assert changelog_topic(settings) == "ctx-sessions-changelog"
+
+
+def test_control_round_trips_and_ignores_unknown_fields() -> None:
+    control = Control(3, 7, ((0, 0), (2, 15)), "events").stamped()
+    assert Control.decode(control.encode()) == control
+    value = orjson.loads(control.encode()) | {"newerField": {"x": 1}}
+    assert Control.decode(orjson.dumps(value)) == control
+    assert Control.decode(b"{}") == Control()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"[]",
+        b'{"generation": "2"}',
+        b'{"epoch": -1}',
+        b'{"generation": 1.5}',
+        b'{"rebuild": {"offsets": {"x": 1}}}',
+        b'{"rebuild": {"offsets": {"0": true}}}',
+    ],
+)
+def test_unreadable_control_records_are_refused(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        Control.decode(raw)
+
+
+def test_worker_generation_never_goes_below_the_configured_one() -> None:
+    assert Control(generation=0).worker_generation(1) == 1
+    assert Control(generation=4).worker_generation(1) == 4
+    assert Control(generation=4).worker_generation(6) == 6  # an old hand-bumped setting
+
+
+def test_a_rebuild_moves_generation_above_anything_in_use_and_bumps_the_epoch() -> None:
+    after = Control(generation=2, epoch=5).after_rebuild(3, "events", {1: 0, 0: 10})
+    assert (after.generation, after.epoch, after.rebuild) == (4, 6, ((0, 10), (1, 0)))
+    assert after.is_rebuild_to("events", {0: 10, 1: 0})
+    assert not after.is_rebuild_to("events", {0: 0, 1: 0})
+    assert not after.is_rebuild_to("other", {0: 10, 1: 0})
+
+
+OFFSETS = [PartitionOffsets(0, 0, 100, 100), PartitionOffsets(1, 0, 40, 40)]
+
+
+def test_rebuild_plan_then_its_repetition_is_a_no_op() -> None:
+    reset = plan_reset(OFFSETS, Earliest(), group="g", topic="events")
+    changelog = [ChangelogPartition(0, 0, 12), ChangelogPartition(1, 3, 9)]
+    first = plan_rebuild(Control(), reset, changelog, 1)
+    assert first.next is not None and first.dropped == 18
+    assert (first.next.generation, first.next.epoch) == (2, 1)
+    # Applied: offsets at the targets, changelog empty, the record written.
+    done = [PartitionOffsets(p.partition, p.low, p.high, p.target) for p in reset.partitions]
+    again = plan_reset(done, Earliest(), group="g", topic="events")
+    empty = [ChangelogPartition(0, 12, 12), ChangelogPartition(1, 9, 9)]
+    assert plan_rebuild(first.next, again, empty, 1).next is None
+
+
+def test_an_interrupted_rebuild_is_not_taken_for_a_finished_one() -> None:
+    reset = plan_reset(OFFSETS, Earliest(), group="g", topic="events")
+    done = [PartitionOffsets(p.partition, p.low, p.high, p.target) for p in reset.partitions]
+    again = plan_reset(done, Earliest(), group="g", topic="events")
+    empty = [ChangelogPartition(0, 12, 12)]
+    # Offsets moved but the control record was never written: finish it.
+    assert plan_rebuild(Control(generation=2, epoch=1), again, empty, 1).next is not None
+    # Record written but the changelog not yet truncated: finish it.
+    written = Control().after_rebuild(1, "events", again.targets())
+    held = [ChangelogPartition(0, 0, 12)]
+    assert plan_rebuild(written, again, held, 1).next is not None
+
+
+def _table_state(root: Path, version: str = "v1") -> list[Path]:
+    tables = root / version / "tables"
+    made = [tables / "sessions-0.db", tables / "sessions-11.db", tables / "sessions-backups"]
+    for path in made:
+        (path / "data").mkdir(parents=True)
+    (tables / "other-0.db").mkdir()  # another table: not ours
+    (root / "keep.txt").write_text("x")
+    return made
+
+
+def test_local_table_paths_are_the_tables_rocksdb_directories(tmp_path: Path) -> None:
+    made = _table_state(tmp_path) + _table_state(tmp_path / "x", "v2")
+    assert local_table_paths(tmp_path) == sorted(made[:3])
+
+
+def _prepare(tmp_path: Path, control: Control) -> Control:
+    return prepare_state(Settings(state_dir=str(tmp_path)), read=lambda _: control)
+
+
+def test_prepare_state_drops_local_state_when_the_epoch_moved(tmp_path: Path) -> None:
+    made = _table_state(tmp_path)
+    assert local_epoch(tmp_path) == 0
+    assert _prepare(tmp_path, Control(generation=2, epoch=1)) == Control(generation=2, epoch=1)
+    assert not any(p.exists() for p in made)
+    assert (tmp_path / "v1" / "tables" / "other-0.db").exists()
+    assert (tmp_path / EPOCH_FILE).read_text() == "1\n"
+    # Same epoch again (a restart): nothing is dropped.
+    again = _table_state(tmp_path / "again")
+    _prepare(tmp_path / "again", Control(epoch=0))
+    assert all(p.exists() for p in again)
+
+
+def test_prepare_state_keeps_state_on_a_restart(tmp_path: Path) -> None:
+    _prepare(tmp_path, Control(epoch=3))
+    made = _table_state(tmp_path)
+    _prepare(tmp_path, Control(epoch=3))
+    assert all(p.exists() for p in made)
+
+
+def test_an_unreadable_epoch_file_means_drop(tmp_path: Path) -> None:
+    made = _table_state(tmp_path)
+    (tmp_path / EPOCH_FILE).write_text("garbage")
+    _prepare(tmp_path, Control(epoch=0))
+    assert not any(p.exists() for p in made)
+    assert local_epoch(tmp_path) == 0
+
+
+def test_prepare_state_reports_an_unreadable_control_record(tmp_path: Path) -> None:
+    def broken(_: Settings) -> Control:
+        raise ValueError("unreadable control record")
+
+    with pytest.raises(RuntimeError, match="ctx-control: unreadable"):
+        prepare_state(Settings(app_id="ctx", state_dir=str(tmp_path)), read=broken)

@@ -1,0 +1,94 @@
+"""The offline fold and the published seq: one definition shared with the worker."""
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream.cli import main
+from stream.contract.events import read_event
+from stream.logs.reader import open_log
+from stream.session.batch import Message, fold_batch
+from stream.session.offline import BadLine, fold_lines
+from stream.session.processor import SessionRecord, Tally, process, process_run, update
+
+from ..builders import raw, user
+
+
+def user_raw(seq: int) -> dict[str, Any]:
+    data = {"role": "user", "content": [{"type": "text", "text": "ab"}]}
+    return raw("user/message", seq, data, surfaceOp="append")
+
+
+def test_a_log_ending_in_a_duplicate_publishes_the_highest_seq_seen(
+    tmp_path: Path, capsys: Any
+) -> None:
+    events = [user_raw(0), user_raw(1), user_raw(2), user_raw(1)]
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
+    assert main(["fold", str(log)]) == 0
+    offline = orjson.loads(capsys.readouterr().out)
+    messages = [
+        Message(b"s", orjson.dumps(e), "t", 0, offset, offset) for offset, e in enumerate(events)
+    ]
+    worker = fold_batch(messages, lambda key, handle: None).sessions[0].update
+    assert offline["seq"] == worker["seq"] == 2
+    assert offline == worker
+
+
+def test_unreadable_lines_are_reported_with_their_real_line_number(
+    tmp_path: Path, capsys: Any
+) -> None:
+    log = tmp_path / "t.jsonl"
+    log.write_text(
+        '{"type":"session","id":"t"}\n'
+        + orjson.dumps(user_raw(0)).decode()
+        + '\n{"type":"x","time":1,"data":{}}\n{nope\n'
+    )
+    assert main(["fold", str(log)]) == 0
+    err = capsys.readouterr().err
+    assert f"{log}:3: unreadable: event has no usable seq" in err
+    assert f"{log}:4: unreadable: not JSON" in err
+    session = open_log(log)
+    bad = [b for b in fold_lines(SessionRecord.new(), session.lines()) if b is not None]
+    assert [b.line for b in bad] == [3, 4] and all(isinstance(b, BadLine) for b in bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 12), max_size=8),
+    st.integers(0, 14),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_a_packed_run_folds_and_counts_like_its_events_one_by_one(
+    before: list[int], seq0: int, count: int, faulting: bool
+) -> None:
+    """``process_run`` (O(1)) equals ``process`` on each event: state, seen and tally."""
+
+    def prepare() -> SessionRecord:
+        record = SessionRecord.new()
+        for seq in before:
+            process(record, read_event(user_raw(seq)))
+        if faulting:  # a projection faulted mid-way: runs over it account per event
+            bad = raw("request/context", max(before, default=0) + 1, {"contextWindow": 0})
+            process(record, read_event(bad))
+        return record
+
+    at_once, one_by_one = prepare(), prepare()
+    run = process_run(at_once, seq0, count)
+    expected = Tally()
+    for seq in range(seq0, seq0 + count):
+        chunk = raw("assistant/chunk", seq, {"turn": 0, "step": 0, "chunk": {"type": "text-delta"}})
+        expected.count(process(one_by_one, read_event(chunk)))
+    assert run == expected
+    assert update("s", at_once) == update("s", one_by_one)
+    assert [(s.cursor, s.fault) for s in at_once] == [(s.cursor, s.fault) for s in one_by_one]
+
+
+def test_builders_events_fold() -> None:
+    record = SessionRecord.new()
+    process(record, user(0, "abcd"))
+    assert update("s", record)["seq"] == 0
