@@ -28,7 +28,7 @@ tests/oracle/node_modules/.installed: tests/oracle/package.json tests/oracle/pac
 demo: setup
 	@bash deploy/demo.sh
 
-test: setup lint types unit oracle integration
+test: setup lint types unit chart oracle integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check stream tests benchmarks
@@ -45,6 +45,13 @@ oracle: $(STAMP) tests/oracle/node_modules/.installed
 
 integration: setup
 	$(PY) -m pytest tests/integration -q
+
+# The deployment files: helm lint + helm template + kubeconform over the chart's value sets
+# (helm and kubeconform built with Go on first use), and tests/deploy (no Docker needed).
+.PHONY: chart
+chart: $(STAMP)
+	@bash deploy/chart-check.sh
+	$(PY) -m pytest tests/deploy -q
 
 bench: setup
 	$(PY) -m benchmarks.fold

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The embedded default: a local single-node Kafka and Redis, the worker, and the example
-# sessions flowing in at a readable pace; updates print as they land in Redis.
+# sessions flowing in at a readable pace; updates print as they land in Redis, and the
+# gateway serves them (HTTP, SSE and the context meter page; its URL is printed).
 #
 #   deploy/demo.sh            (what `make demo` runs; Ctrl-C stops everything)
 #
 # Env: DEMO_KAFKA_PORT (29092), DEMO_REDIS_PORT (26379), DEMO_RATE (events/s, 400),
-#      DEMO_SECONDS (stop after N seconds; default: run until Ctrl-C), DEMO_DIR (.state/demo).
+#      DEMO_SECONDS (stop after N seconds; default: run until Ctrl-C), DEMO_DIR (.state/demo),
+#      STREAM_GATEWAY_PORT (28080).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -20,14 +22,20 @@ export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export STREAM_STATE_DIR=$DIR/state
 export STREAM_PARTITIONS=${STREAM_PARTITIONS:-6}
 export STREAM_WEB_PORT=${STREAM_WEB_PORT:-26066}
+export STREAM_GATEWAY_PORT=${STREAM_GATEWAY_PORT:-28080}
 STREAM=$ROOT/.venv/bin/stream
 
 worker_pid=""
 watch_pid=""
+gateway_pid=""
 cleanup() {
   trap - EXIT INT TERM
   echo "demo: stopping" >&2
   [ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null || true
+  if [ -n "$gateway_pid" ]; then
+    kill -TERM "$gateway_pid" 2>/dev/null || true   # ends its SSE streams, then exits
+    wait "$gateway_pid" 2>/dev/null || true
+  fi
   if [ -n "$worker_pid" ]; then
     kill -TERM "$worker_pid" 2>/dev/null || true   # finishes the batch, flushes, commits
     wait "$worker_pid" 2>/dev/null || true
@@ -45,8 +53,28 @@ echo "demo: starting the worker (log: $DIR/worker.log)" >&2
 "$STREAM" worker >"$DIR/worker.log" 2>&1 &
 worker_pid=$!
 
-"$STREAM" watch &
+# One line per update: a redrawing display would fight with this script's own output.
+"$STREAM" watch --lines &
 watch_pid=$!
+
+"$STREAM" serve >"$DIR/gateway.log" 2>&1 &
+gateway_pid=$!
+for _ in $(seq 1 40); do   # it prints its URL once listening
+  grep -q "^stream serve: http" "$DIR/gateway.log" 2>/dev/null && break
+  kill -0 "$gateway_pid" 2>/dev/null || break
+  sleep 0.25
+done
+url=$(sed -n 's/^stream serve: \(http[^ ]*\).*/\1/p' "$DIR/gateway.log" 2>/dev/null | head -n 1 || true)
+if [ -n "$url" ]; then
+  echo "demo: the context meter page: $url (one session: ${url}sessions/example-agent-0)" >&2
+else
+  # The rest of the demo works without it; say so loudly rather than stop.
+  echo "demo: WARNING: the gateway did not start (port $STREAM_GATEWAY_PORT busy? set STREAM_GATEWAY_PORT):" >&2
+  tail -n 5 "$DIR/gateway.log" >&2
+  kill -TERM "$gateway_pid" 2>/dev/null || true
+  wait "$gateway_pid" 2>/dev/null || true
+  gateway_pid=""
+fi
 
 # Wait for the worker to join its group before feeding it, so the first updates show.
 for _ in $(seq 1 120); do

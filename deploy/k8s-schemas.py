@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             if not source:
                 continue
             schema = strict(source)
-            schema.setdefault("properties", {})["metadata"] = {"$ref": f"#/definitions/{OBJECT_META}"}
+            metadata = {"$ref": f"#/definitions/{OBJECT_META}"}
+            schema.setdefault("properties", {})["metadata"] = metadata
             pin_identity(schema, group, version["name"], kind)
             write(args.out, file_name(group, version["name"], kind), schema, definitions)
             written += 1

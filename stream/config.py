@@ -154,6 +154,18 @@ class Settings:
         user = credentials.split(":", 1)[0]
         return f"{scheme}://{user}:***@{tail}" if ":" in credentials else f"{scheme}://***@{tail}"
 
+    def redis_options(self) -> dict[str, Any]:
+        """Redis AUTH/TLS keyword arguments for ``from_url`` (sync and asyncio clients):
+        the one place every Redis client of the service gets them from."""
+        options: dict[str, Any] = {}
+        if self.redis_username:
+            options["username"] = self.redis_username
+        if self.redis_password:
+            options["password"] = self.redis_password
+        if self.redis_tls_cafile:
+            options["ssl_ca_certs"] = self.redis_tls_cafile
+        return options
+
     @property
     def redis_layout(self) -> RedisLayout:
         return RedisLayout(self.redis_key_prefix)

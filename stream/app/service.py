@@ -14,7 +14,7 @@ cannot flip the at-least-once guarantee, the loopback web bind or the empty-stre
 import asyncio
 import logging
 import os
-import signal
+import sys
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
@@ -154,10 +154,14 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
 
     def stop_on_permanent(error: BaseException) -> None:
         # A permanent refusal is a configuration problem: exit non-zero, loudly, rather
-        # than loop. SIGTERM runs the graceful shutdown (the batch is not acked).
+        # than loop. Hard exit: the failing batch must not be acked, and a graceful stop
+        # would wait for it forever. Earlier batches are delivered; whatever they had not
+        # committed yet is redelivered to the next owner and counted once (row offsets).
         log.critical("stopping: %s", error)
         stats.fatal = str(error)
-        os.kill(os.getpid(), signal.SIGTERM)
+        print(f"stream worker: stopped: {error}", file=sys.stderr, flush=True)
+        logging.shutdown()
+        os._exit(3)
 
     def get_publisher() -> Publisher[Any]:
         nonlocal publisher

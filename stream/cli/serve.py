@@ -47,12 +47,22 @@ def run(args: argparse.Namespace) -> int:
     if args.heartbeat <= 0 or args.queue_size < 1:
         print("stream serve: --heartbeat must be > 0 and --queue-size >= 1", file=sys.stderr)
         return 2
+    from redis.asyncio.connection import parse_url
+
+    try:
+        parse_url(settings.redis_url)
+    except ValueError as error:
+        print(f"stream: configuration error: REDIS_URL: {error}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per SSE client
     port = settings.gateway_port if args.port is None else args.port
     bind = args.bind or settings.gateway_bind
+    if not 0 <= port <= 65535:
+        print(f"stream serve: port {port} is out of range (0-65535)", file=sys.stderr)
+        return 2
     try:
         asyncio.run(_serve(settings, bind, port, args.heartbeat, args.queue_size))
     except OSError as error:

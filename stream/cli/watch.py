@@ -65,6 +65,10 @@ def _n(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 
 
+def _used(value: int | None) -> str:
+    return "—" if value is None else f"~{value:,}"
+
+
 def ring_glyph(percent: float | None) -> str:
     if percent is None or percent <= 0:
         return RING[0]
@@ -90,7 +94,7 @@ def _headline(model: Meter) -> Text:
     line.append(f"{ring_glyph(model.percent)} ", style=LEVEL_STYLE[model.level])
     line.append(percent_text(model.percent), style=LEVEL_STYLE[model.level])
     line.append("   ")
-    line.append(f"~{_n(model.used)}", style="bold")
+    line.append(_used(model.used), style="bold")
     line.append(f" / {_n(model.capacity)} tokens", style="dim")
     return line
 
@@ -189,7 +193,7 @@ def render_sessions(rows: Sequence[tuple[Mapping[str, Any], int | None]], now_ms
             Text(ring_glyph(model.percent), style=style),
             model.session_id,
             Text(percent_text(model.percent), style=style),
-            f"~{_n(model.used)} / {_n(model.capacity)}",
+            f"{_used(model.used)} / {_n(model.capacity)}",
             _n(model.seq),
             _ago(updated_ms, now_ms),
             faults,

@@ -255,7 +255,7 @@ def build_app(
     app.router.add_get("/sessions", sessions)
     app.router.add_get("/sessions/{id}", session_page)
     app.router.add_get("/sessions/{id}/context", context)
-    app.router.add_get("/sessions/{id}/context/stream", context_stream)
+    app.router.add_get("/sessions/{id}/context/stream", context_stream, allow_head=False)
     app.router.add_static("/static/", STATIC)
     app.router.add_route("OPTIONS", "/{tail:.*}", preflight)
     app.on_response_prepare.append(_cors)

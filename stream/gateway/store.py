@@ -20,14 +20,7 @@ SCAN_LIMIT = 10_000
 
 def connection_options(settings: Settings) -> dict[str, Any]:
     """Redis AUTH/TLS keyword arguments for ``from_url`` (sync and asyncio clients)."""
-    options: dict[str, Any] = {}
-    if settings.redis_username:
-        options["username"] = settings.redis_username
-    if settings.redis_password:
-        options["password"] = settings.redis_password
-    if settings.redis_tls_cafile:
-        options["ssl_ca_certs"] = settings.redis_tls_cafile
-    return options
+    return settings.redis_options()
 
 
 def connect(settings: Settings, max_connections: int = 32) -> "aioredis.Redis":
@@ -40,6 +33,7 @@ def connect(settings: Settings, max_connections: int = 32) -> "aioredis.Redis":
         socket_connect_timeout=5,
         socket_keepalive=True,
         health_check_interval=15,
+        client_name="stream-gateway",  # tells operators (CLIENT LIST) whose connections these are
         **connection_options(settings),
     )
     return aioredis.Redis(connection_pool=pool)

@@ -173,10 +173,17 @@ class Metrics:
                 if position is None:
                     continue
                 self.lag.labels(str(tp.partition)).set(max(0, high - position))
+        self.refresh_live()
+
+    def refresh_live(self) -> None:
+        """Gauges read from memory, at every scrape."""
         state = self.redis
         if state is not None:
             self.redis_retrying.set(1 if state.retrying else 0)
             self.redis_pending.set(state.pending)
+        self.assigned_partitions.set(len(self.assigned))
+        self.sessions_faulted.set(len(self.faulted))
+        self.ready_gauge.set(0 if self.not_ready() else 1)
 
     # -- probes -----------------------------------------------------------------------
     def not_ready(self) -> list[str]:
@@ -203,8 +210,7 @@ def _size(path: Path) -> int:
 
 def application(metrics: Metrics) -> web.Application:
     async def metrics_page(_: web.Request) -> web.Response:
-        ready = not metrics.not_ready()
-        metrics.ready_gauge.set(1 if ready else 0)
+        metrics.refresh_live()
         body = generate_latest(metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

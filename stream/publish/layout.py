@@ -2,9 +2,9 @@
 
 | name | type | content |
 |---|---|---|
-| ``{prefix}session:{id}`` | hash | ``update`` (the JSON update), ``gen``, ``seq`` |
+| ``{prefix}session:{id}`` | hash | ``update`` (JSON), ``gen``, ``seq``, ``n`` (events counted) |
 | ``{prefix}session:{id}`` | channel | every accepted update, as written |
-| ``{prefix}recent`` | sorted set | session ids scored by the epoch ms of their last update |
+| ``{prefix}recent`` | sorted set | the 10,000 latest updated session ids, scored by epoch ms |
 | ``{prefix}stats`` | hash | event totals: folded, duplicate, faulted, dead_lettered |
 | ``{prefix}tallies`` | hash | per session id, ``"folded duplicate faulted"`` (the totals' parts) |
 | ``{prefix}dead`` | hash | per ``topic:partition``, ``"gen count"`` of dead letters |

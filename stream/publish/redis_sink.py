@@ -17,7 +17,6 @@ and must stop the worker loudly rather than loop.
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import redis.asyncio as aioredis
 from redis import exceptions as rx
@@ -51,6 +50,7 @@ redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'seq', ARGV[2], 'n', ARGV[3], 'update', ARGV[4])
 if tonumber(ARGV[5]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
+redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -10001)  -- the 10,000 most recent only
 redis.call('PUBLISH', KEYS[1], ARGV[4])
 return 1
 """
@@ -114,14 +114,13 @@ class DeadCount:
 
 
 def connect(settings: Settings) -> "aioredis.Redis":
-    options: dict[str, Any] = {"health_check_interval": 15, "socket_connect_timeout": 5}
-    if settings.redis_username:
-        options["username"] = settings.redis_username
-    if settings.redis_password:
-        options["password"] = settings.redis_password
-    if settings.redis_tls_cafile:
-        options["ssl_ca_certs"] = settings.redis_tls_cafile
-    return aioredis.Redis.from_url(settings.redis_url, **options)
+    return aioredis.Redis.from_url(
+        settings.redis_url,
+        health_check_interval=15,
+        socket_connect_timeout=5,
+        client_name="stream-worker",
+        **settings.redis_options(),
+    )
 
 
 class RedisSink:

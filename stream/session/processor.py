@@ -222,8 +222,10 @@ def process_run(record: SessionRecord, seq0: int, count: int) -> Tally:
         seq0 += 1
     # Events nobody applied, [seq0, start): each one as ``_account`` would see it alone.
     if seq0 < start:
-        if not active:  # every projection waits for a rebuild replay
-            tally.duplicate += start - seq0
+        if not active:  # every projection waits for a rebuild replay: as ``_account``
+            news = max(0, start - max(seq0, seen + 1))
+            tally.folded += news
+            tally.duplicate += start - seq0 - news
         elif start - 1 <= seen and all(f is None and start - 1 <= c for _, c, f in active):
             tally.duplicate += start - seq0  # a redelivered run: the common case
         else:

@@ -2,11 +2,14 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,12 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
@@ -86,9 +95,8 @@ class Deployment:
     def redis(self) -> "redis.Redis":
         return redis.Redis.from_url(self.redis_url)
 
-    def stats(self, worker_id: str | None = None) -> dict[str, int]:
-        key = f"{self.prefix}stats" + (f":{worker_id}" if worker_id else "")
-        raw = self.redis().hgetall(key)
+    def stats(self) -> dict[str, int]:
+        raw = self.redis().hgetall(f"{self.prefix}stats")
         counts = {k.decode(): int(v) for k, v in raw.items()}
         return {n: counts.get(n, 0) for n in ("folded", "duplicate", "faulted", "dead_lettered")}
 
@@ -150,6 +158,35 @@ class Worker:
     env: dict[str, str]
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0  # how many times this worker became ready (the log is appended)
+    metrics_port: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        """The worker's Prometheus samples, ``name{labels}`` -> value (empty if down)."""
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+            ) as page:
+                text = page.read().decode()
+        except OSError:
+            return {}
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
+    def probe(self, path: str) -> int:
+        """HTTP status of ``/livez`` or ``/readyz`` (0 when nothing answers)."""
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5
+            ) as page:
+                return int(page.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+        except OSError:
+            return 0
 
     @property
     def log_path(self) -> Path:
@@ -157,8 +194,14 @@ class Worker:
 
     def start(self) -> None:
         state = self.deployment.workdir / f"state-{self.worker_id}"
+        if not self.metrics_port:
+            self.metrics_port = free_port()
         env = self.deployment.env(
-            STREAM_STATE_DIR=str(state), STREAM_WORKER_ID=self.worker_id, **self.env
+            STREAM_STATE_DIR=str(state),
+            STREAM_WORKER_ID=self.worker_id,
+            STREAM_METRICS_PORT=str(self.metrics_port),
+            STREAM_METRICS_BIND="127.0.0.1",
+            **self.env,
         )
         self.log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -199,6 +242,57 @@ class Worker:
             self.process.kill()
             self.process.wait(10)
             self.log_file.close()
+
+
+def log_events(paths: Iterable[Path]) -> Iterator[tuple[str, Any]]:
+    """(session id, raw event) for every event of the logs, packed rows expanded."""
+    from stream.contract.storage import ChunkRun
+    from stream.logs.reader import read_logs
+    from stream.session.offline import BadLine
+
+    for log in read_logs([str(p) for p in paths]):
+        for _, item in log.lines():
+            if type(item) is BadLine:
+                continue
+            for event in item.events() if type(item) is ChunkRun else [item]:
+                yield log.session_id, event
+
+
+@dataclass
+class RedisServer:
+    """A private redis-server on a fixed port, to stop and start again (empty: it keeps
+    nothing on disk) — what a restart without persistence or a failover looks like."""
+
+    workdir: Path
+    port: int = field(default_factory=free_port)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        subprocess.run(
+            [
+                "bash",
+                str(REPO / "deploy" / "redis.sh"),
+                "start",
+                "--port",
+                str(self.port),
+                "--dir",
+                str(self.workdir),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    def stop(self) -> None:
+        subprocess.run(
+            ["bash", str(REPO / "deploy" / "redis.sh"), "stop", "--dir", str(self.workdir)],
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def offline_fold(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:

@@ -6,6 +6,7 @@ the reference implementation: the service must publish exactly what the fold pri
 
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from stream.contract.jsontext import dumps
 from tests.generators.sessions import generate_session, write_session_jsonl
-from tests.integration.harness import REPO, Deployment, offline_fold, wait_until
+from tests.integration.harness import (
+    REPO,
+    Deployment,
+    RedisServer,
+    log_events,
+    offline_fold,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -83,11 +91,8 @@ def _event_count(paths: list[Path]) -> int:
 
 
 def _events(paths: list[Path]) -> Any:
-    from stream.contract.storage import ChunkRun
-    from stream.logs.replay import raw_events
-
-    for _, _, item in raw_events([str(p) for p in paths]):
-        yield from (item.events() if isinstance(item, ChunkRun) else [item])
+    for _, event in log_events(paths):
+        yield event
 
 
 def _java_placement_producer(deployment: Deployment) -> Producer:
@@ -205,12 +210,17 @@ def test_a_crash_before_commit_counts_nothing_twice(deployment: Deployment, tmp_
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
     before = deployment.stats()
+    messages = first.metrics()["stream_batch_messages_count"]
     first.kill()  # SIGKILL: no flush, no commit
     first.restart(STREAM_COMMIT_INTERVAL="2.8")
-    # Everything is redelivered; the cursors see it all as already applied.
-    wait_until(lambda: deployment.stats()["duplicate"] >= total, 120, "the redelivery")
-    after = deployment.stats()
-    assert after["folded"] == before["folded"] and after["faulted"] == before["faulted"]
+    # Everything is redelivered; the rows know they accounted for it already.
+    wait_until(
+        lambda: first.metrics().get("stream_redelivered_messages_total", 0) >= messages,
+        120,
+        "the redelivery",
+    )
+    assert deployment.stats() == before
+    assert sum(before.values()) == total
     _assert_exact(deployment, expected)
 
 
@@ -224,9 +234,8 @@ def test_sigterm_finishes_the_batch_and_commits(deployment: Deployment, tmp_path
     first.restart()
     deployment.stream("produce", str(REPO / "examples" / "example-system-prompts.jsonl"))
     deployment.wait_accounted(total + 16)
-    assert (
-        deployment.stats()["duplicate"] == 16
-    )  # only the re-produced example: nothing redelivered
+    assert deployment.stats()["duplicate"] == 16  # only the re-produced example
+    assert first.metrics().get("stream_redelivered_messages_total", 0) == 0
 
 
 def test_two_workers_split_the_partitions_and_stay_exact(
@@ -240,8 +249,9 @@ def test_two_workers_split_the_partitions_and_stay_exact(
     wait_until(lambda: "Ready" in a.log().split("Ready", 1)[-1] or True, 1, "rebalance")
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
-    assert deployment.stats(a.worker_id)["folded"] > 0
-    assert deployment.stats(b.worker_id)["folded"] > 0
+    folded = 'stream_events_total{outcome="folded"}'
+    assert a.metrics()[folded] > 0 and b.metrics()[folded] > 0
+    assert a.metrics()[folded] + b.metrics()[folded] == deployment.stats()["folded"]
     _assert_exact(deployment, expected)
 
 
@@ -255,12 +265,8 @@ def test_rows_live_in_the_changelog_partition_of_their_input_partition(
     deployment.start_worker()
     producer = Producer({"bootstrap.servers": deployment.bootstrap})  # default partitioner
     topic = f"{deployment.name}.events"
-    from stream.contract.storage import ChunkRun
-    from stream.logs.replay import raw_events
-
-    for session_id, _, item in raw_events([str(p) for p in paths]):
-        for event in item.events() if isinstance(item, ChunkRun) else [item]:
-            producer.produce(topic, key=session_id.encode(), value=dumps(event))
+    for session_id, event in log_events(paths):
+        producer.produce(topic, key=session_id.encode(), value=dumps(event))
         producer.poll(0)
     producer.flush(30)
     deployment.wait_accounted(_event_count(paths))
@@ -268,7 +274,11 @@ def test_rows_live_in_the_changelog_partition_of_their_input_partition(
     input_partitions = {m.key(): m.partition() for m in deployment.consume_all(topic)}
     changelog = deployment.consume_all(f"{deployment.name}-sessions-changelog")
     assert changelog
-    moved = {m.key() for m in changelog if input_partitions[m.key()] != m.partition()}
+    moved = {
+        m.key()
+        for m in changelog
+        if m.key() in input_partitions and input_partitions[m.key()] != m.partition()
+    }
     assert not moved
     assert len(set(input_partitions.values())) > 1
     # Not vacuous: the Java client's murmur2 would have placed some of these keys elsewhere.
@@ -341,22 +351,62 @@ def test_a_new_worker_restores_rows_from_the_changelog(
     _assert_exact(deployment, expected)
 
 
-def test_a_redis_outage_holds_the_batch_and_loses_nothing(
-    deployment: Deployment, tmp_path: Path
+def test_a_redis_outage_neither_stalls_nor_loses_and_redis_comes_back_exact(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Redis stopped mid-run for longer than the max poll interval and started again
+    empty: the worker keeps consuming (output topic, rows), stays in its group, reports
+    not-ready, and when Redis is back re-seeds it: every session and the totals exact."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    deployment = Deployment(kafka_bootstrap, server.url, tmp_path)
+    try:
+        paths = _corpus(tmp_path / "logs", sessions=6, seed=29)
+        first, second = paths[:3], paths[3:]
+        expected = offline_fold(paths)
+        worker = deployment.start_worker(
+            STREAM_MAX_POLL_INTERVAL="8", STREAM_REDIS_CHECK_INTERVAL="1"
+        )
+        deployment.stream("produce", *map(str, first))
+        deployment.wait_accounted(_event_count(first))
+        server.stop()
+        deployment.stream("produce", *map(str, second))
+        # Consumption goes on: the output topic gets every session's final update.
+        wait_until(
+            lambda: {k: v for k, v in deployment.latest_output().items()} == expected,
+            120,
+            "the output topic to catch up during the outage",
+        )
+        wait_until(lambda: worker.probe("/readyz") == 503, 30, "readiness to drop")
+        assert worker.metrics()["stream_redis_retrying"] == 1
+        time.sleep(10)  # past the max poll interval: still a member, still consuming
+        server.start()  # empty
+        deployment.wait_accounted(_event_count(paths), timeout=60)
+        _assert_exact(deployment, expected)
+        assert deployment.accounted() == _event_count(paths)
+        wait_until(lambda: worker.probe("/readyz") == 200, 30, "readiness to return")
+        assert "leaving group" not in worker.log().lower()
+    finally:
+        deployment.stop_all()
+        server.stop()
+
+
+def test_a_permanent_redis_error_stops_the_worker_loudly(
+    kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     import redis as redis_client
 
-    paths = _corpus(tmp_path / "logs", sessions=4, seed=29)
-    expected = offline_fold(paths)
-    worker = deployment.start_worker()
-    admin = redis_client.Redis.from_url(deployment.redis_url)
-    admin.config_set("requirepass", "outage")  # every worker command now fails: NOAUTH
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    deployment = Deployment(kafka_bootstrap, server.url, tmp_path)
     try:
-        deployment.stream("produce", *map(str, paths))
-        wait_until(lambda: "redis publish failed" in worker.log(), 60, "the worker to retry")
+        worker = deployment.start_worker()
+        redis_client.Redis.from_url(server.url).config_set("requirepass", "changed")
+        deployment.stream("produce", *map(str, _corpus(tmp_path / "logs", sessions=1, seed=3)))
+        assert worker.process is not None
+        code = worker.process.wait(60)
+        assert code == 3
+        assert "stopped: Redis refused" in worker.log()
     finally:
-        authed = redis_client.Redis.from_url(deployment.redis_url, password="outage")
-        authed.config_set("requirepass", "")
-    deployment.wait_accounted(_event_count(paths))
-    assert deployment.stats()["folded"] + deployment.stats()["faulted"] == _event_count(paths)
-    _assert_exact(deployment, expected)
+        deployment.stop_all()
+        server.stop()

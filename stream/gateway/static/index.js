@@ -12,6 +12,7 @@ function setStatus(state, text) {
   status.querySelector(".status-text").textContent = text;
 }
 
+const used = (n) => (n === null || n === undefined ? "—" : `~${tokens(n)}`);
 const levelOf = (percent) =>
   percent === null || percent < WARN_PERCENT ? "ok" : percent < HIGH_PERCENT ? "warn" : "high";
 
@@ -35,7 +36,7 @@ function row(session) {
         el("span", { class: "session-name", text: session.sessionId }),
         el("span", {
           class: "session-sub",
-          text: `~${tokens(session.projectedTokens)} / ${tokens(session.contextWindow)} · seq ${session.seq ?? "—"}`,
+          text: `${used(session.projectedTokens)} / ${tokens(session.contextWindow)} · seq ${session.seq ?? "—"}`,
         }),
       ),
       faults,

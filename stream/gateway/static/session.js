@@ -33,7 +33,7 @@ function render(update) {
   $("ring-percent").textContent = percentText(m.percent);
 
   const headline = $("headline");
-  headline.querySelector(".used").textContent = `~${tokens(m.used)}`;
+  headline.querySelector(".used").textContent = m.used === null ? "—" : `~${tokens(m.used)}`;
   headline.querySelector(".capacity").textContent = tokens(m.capacity);
   let subline = "no provider sample yet";
   if (m.pressure !== null && m.used !== null) {

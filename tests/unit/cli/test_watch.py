@@ -66,7 +66,7 @@ def test_zero_width_segments_are_not_drawn() -> None:
 
 def test_before_any_provider_sample() -> None:
     text = _text(render_meter({"sessionId": "fresh", "seq": 0}))
-    assert "○ —   ~— / — tokens" in text
+    assert "○ —   — / — tokens" in text
     assert "no provider sample yet · window not reported yet" in text
     assert "FAULT" not in text
 

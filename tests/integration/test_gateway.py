@@ -1,0 +1,552 @@
+"""The gateway (`stream serve`) against a live worker, real Kafka and a real redis-server.
+
+One deployment, worker and gateway serve the whole module (a worker takes seconds to
+join its group); every test uses its own session ids. Sessions are the example logs,
+produced line by line under new keys (the update's sessionId is the Kafka key).
+"""
+
+import asyncio
+import itertools
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+import redis
+from confluent_kafka import Producer
+
+from tests.integration.harness import REPO, Deployment, wait_until
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = REPO / "examples"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# -- the pieces ---------------------------------------------------------------------------
+@dataclass
+class Gateway:
+    """A `python -m stream serve` subprocess with the deployment's environment."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    @classmethod
+    def start(cls, deployment: Deployment, *args: str, **env: str) -> "Gateway":
+        port = free_port()
+        log_path = deployment.workdir / f"gateway-{port}.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "stream", "serve", "--port", str(port), *args],
+                env=deployment.env(**env),
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        gateway = cls(process, f"http://127.0.0.1:{port}", log_path)
+        wait_until(gateway._healthy, 30, f"the gateway on port {port} to be healthy")
+        return gateway
+
+    def _healthy(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"the gateway exited:\n{self.log()[-3000:]}")
+        return self.get("/healthz")[0] == 200
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+        except (urllib.error.URLError, ConnectionError):
+            return 0, b""
+
+    def health(self) -> dict[str, Any]:
+        return orjson.loads(self.get("/healthz")[1])  # type: ignore[no-any-return]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+@dataclass
+class Log:
+    """An example log's lines (header dropped), produced verbatim under a chosen key."""
+
+    lines: list[bytes]
+
+    @classmethod
+    def read(cls, name: str) -> "Log":
+        lines = (EXAMPLES / name).read_bytes().splitlines()
+        return cls([line for line in lines if b'"type":"session"' not in line[:40]])
+
+    def cuts(self, parts: int) -> list[int]:
+        """About ``parts`` cut points, each just after a line with a plain ``seq`` (so the
+        update's seq after it is known), the last one at the end."""
+        plain = [i + 1 for i, line in enumerate(self.lines) if orjson.loads(line).get("seq")]
+        step = max(1, len(plain) // parts)
+        chosen = plain[step - 1 :: step][: parts - 1]
+        return [*chosen, len(self.lines)]
+
+    def seq_after(self, end: int) -> int:
+        seq = orjson.loads(self.lines[end - 1]).get("seq")
+        assert isinstance(seq, int), "cut after a line without a plain seq"
+        return seq
+
+
+class Feeder:
+    """Produces raw log lines (events or packed chunk rows) keyed by session id, in order."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.topic = f"{deployment.name}.events"
+        # murmur2_random, like `stream produce`: every line of a key lands in one partition.
+        self.producer = Producer(
+            {
+                "bootstrap.servers": deployment.bootstrap,
+                "partitioner": "murmur2_random",
+                "linger.ms": 0,
+            }
+        )
+
+    def close(self) -> None:
+        self.producer.flush(10)
+        self.producer.close()  # now, not at interpreter exit after Kafka has stopped
+
+    def send(self, key: str, lines: Sequence[bytes]) -> None:
+        for line in lines:
+            self.producer.produce(self.topic, key=key.encode(), value=line)
+        self.producer.flush(10)
+
+    def paced(self, key: str, log: Log, start: int, end: int, parts: int, pause: float) -> int:
+        """Lines [start, end) in ``parts`` sends, ``pause`` s apart: several updates."""
+        cuts = [c for c in Log(log.lines[:end]).cuts(parts) if c > start]
+        previous = start
+        for cut in cuts:
+            self.send(key, log.lines[previous:cut])
+            previous = cut
+            time.sleep(pause)
+        return log.seq_after(end)
+
+
+def redis_seq(deployment: Deployment, session_id: str) -> int | None:
+    update = deployment.redis_update(session_id)
+    return None if update is None else int(update["seq"])
+
+
+def wait_seq(deployment: Deployment, session_id: str, seq: int, timeout: float = 30) -> None:
+    wait_until(
+        lambda: redis_seq(deployment, session_id) == seq,
+        timeout,
+        f"{session_id} at seq {seq} in Redis (have {redis_seq(deployment, session_id)})",
+        every=0.05,
+    )
+
+
+class ChannelRecorder:
+    """The test's own subscriber to a session channel, on a thread: what Redis published,
+    and when (perf_counter), independent of the asyncio loop the SSE clients share."""
+
+    def __init__(self, deployment: Deployment, session_id: str) -> None:
+        self.pubsub = deployment.redis().pubsub()
+        self.pubsub.subscribe(f"{deployment.prefix}session:{session_id}")
+        confirmation = self.pubsub.get_message(timeout=5)
+        assert confirmation is not None and confirmation["type"] == "subscribe"
+        self.received: list[tuple[int, bytes, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            message = self.pubsub.get_message(ignore_subscribe_messages=True, timeout=0.05)
+            if message is not None:
+                data = message["data"]
+                self.received.append((orjson.loads(data)["seq"], data, time.perf_counter()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.pubsub.close()
+
+    def seqs(self) -> list[int]:
+        """Published seqs, each once, in order (an identical republish is not an update)."""
+        out: list[int] = []
+        for seq, _, _ in self.received:
+            if not out or seq > out[-1]:
+                out.append(seq)
+        return out
+
+
+@dataclass
+class SseClient:
+    """An EventSource-like reader: events as (seq, data, perf_counter at receipt)."""
+
+    url: str
+    last_event_id: int | None = None
+    status: int = 0
+    events: list[tuple[int, bytes, float]] = field(default_factory=list)
+    comments: int = 0
+    ended: bool = False
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        headers = {"Accept": "text/event-stream"}
+        if self.last_event_id is not None:
+            headers["Last-Event-ID"] = str(self.last_event_id)
+        try:
+            async with session.get(self.url, headers=headers) as response:
+                self.status = response.status
+                self._arrived.set()
+                seq, data = None, b""
+                async for raw in response.content:
+                    line = raw.rstrip(b"\n")
+                    if line.startswith(b":"):
+                        self.comments += 1
+                    elif line.startswith(b"id: "):
+                        seq = int(line[4:])
+                    elif line.startswith(b"data: "):
+                        data = line[6:]
+                    elif not line and seq is not None:
+                        self.events.append((seq, data, time.perf_counter()))
+                        self._arrived.set()
+                        seq, data = None, b""
+        except (aiohttp.ClientError, ConnectionError):
+            pass
+        finally:
+            self.ended = True
+            self._arrived.set()
+
+    async def wait(self, check: Any, timeout: float = 30) -> None:
+        async with asyncio.timeout(timeout):
+            while not check(self):
+                self._arrived.clear()
+                if check(self):
+                    return
+                await self._arrived.wait()
+
+    def seqs(self) -> list[int]:
+        return [seq for seq, _, _ in self.events]
+
+
+def _session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=True),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+    )
+
+
+def _raise_fd_limit(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(needed, hard), hard))
+
+
+# -- fixtures -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def deployment(
+    kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    created = Deployment(kafka_bootstrap, redis_url, tmp_path_factory.mktemp("gateway"))
+    created.start_worker()
+    yield created
+    created.stop_all()
+
+
+@pytest.fixture(scope="module")
+def gateway(deployment: Deployment) -> Iterator[Gateway]:
+    started = Gateway.start(deployment, "--heartbeat", "0.5")
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def feeder(deployment: Deployment) -> Iterator[Feeder]:
+    created = Feeder(deployment)
+    yield created
+    created.close()
+
+
+# -- tests --------------------------------------------------------------------------------
+def test_get_equals_redis_for_every_session(
+    deployment: Deployment, gateway: Gateway, feeder: Feeder
+) -> None:
+    logs = {
+        "get-agent-0": Log.read("example-agent-0.jsonl"),
+        "get-agent-1": Log.read("example-agent-1.jsonl"),
+        "get-prompts": Log.read("example-system-prompts.jsonl"),
+        "get ünïcode/ish": Log.read("example-system-prompts.jsonl"),
+    }
+    for key, log in logs.items():
+        feeder.send(key, log.lines)
+    for key, log in logs.items():
+        wait_seq(deployment, key, log.seq_after(len(log.lines)))
+    client = deployment.redis()
+    for key in logs:
+        stored = client.hget(f"{deployment.prefix}session:{key}", "update")
+        path = "/sessions/" + urllib.request.quote(key, safe="") + "/context"  # "/": %2F
+        assert gateway.get(path) == (200, stored), key
+    status, body = gateway.get("/sessions/never-seen/context")
+    assert status == 404 and orjson.loads(body)["sessionId"] == "never-seen"
+
+    # The listing: recently updated sessions, newest first, with the Redis seq and percent.
+    status, body = gateway.get("/sessions?prefix=get-&limit=10")
+    assert status == 200
+    listed = {row["sessionId"]: row for row in orjson.loads(body)["sessions"]}
+    assert set(listed) == {"get-agent-0", "get-agent-1", "get-prompts"}
+    for key, row in listed.items():
+        update = deployment.redis_update(key)
+        assert update is not None
+        pressure = update["contextPressure"]
+        assert row["seq"] == update["seq"]
+        assert row["percent"] == round(
+            100 * pressure["projectedTokens"] / pressure["contextWindow"], 2
+        )
+        score = client.zscore(f"{deployment.prefix}recent", key)
+        assert score is not None and row["updatedAt"] == int(score)
+    stamps = [row["updatedAt"] for row in orjson.loads(body)["sessions"]]
+    assert stamps == sorted(stamps, reverse=True)
+
+
+def test_sse_delivers_every_update_in_order_and_resumes_by_last_event_id(
+    deployment: Deployment, gateway: Gateway, feeder: Feeder
+) -> None:
+    key, log = "sse-order", Log.read("example-agent-0.jsonl")
+    url = f"{gateway.url}/sessions/{key}/context/stream"
+    cuts = log.cuts(3)
+    first_end, second_end = cuts[0], cuts[1]
+    recorder = ChannelRecorder(deployment, key)
+
+    async def go() -> None:
+        async with _session() as http:
+            # Connected before the session exists: heartbeats only, then every update.
+            live = SseClient(url)
+            task = asyncio.create_task(live.run(http))
+            await live.wait(lambda c: c.status == 200)
+            await asyncio.sleep(1.2)
+            assert live.events == [] and live.comments >= 2  # heartbeats every 0.5 s
+            seq = await asyncio.to_thread(feeder.paced, key, log, 0, first_end, 12, 0.08)
+            await live.wait(lambda c: c.events and c.events[-1][0] == seq)
+            published = recorder.seqs()
+            assert len(published) >= 4, published  # several updates, not one coalesced
+            assert live.seqs() == published
+            assert [d for _, d, _ in live.events] == [
+                d for s, d, _ in recorder.received if s in set(published)
+            ][: len(live.events)]
+            task.cancel()
+
+            # Resume from the middle: the current value at once (it supersedes what was
+            # missed), nothing at or below the resume point.
+            middle = published[len(published) // 2]
+            resumed = SseClient(url, last_event_id=middle)
+            task = asyncio.create_task(resumed.run(http))
+            await resumed.wait(lambda c: c.events)
+            assert resumed.seqs() == [seq]
+
+            # Away while updates land; back with the last id seen: first the value as it is
+            # now, then every further update in order; no repeats.
+            task.cancel()
+            seq2 = await asyncio.to_thread(feeder.paced, key, log, first_end, second_end, 6, 0.05)
+            await asyncio.to_thread(wait_seq, deployment, key, seq2)
+            back = SseClient(url, last_event_id=seq)
+            task = asyncio.create_task(back.run(http))
+            await back.wait(lambda c: c.events)
+            assert back.seqs() == [seq2]
+            seq3 = await asyncio.to_thread(
+                feeder.paced, key, log, second_end, len(log.lines), 6, 0.08
+            )
+            await back.wait(lambda c: c.events[-1][0] == seq3)
+            after = [s for s in recorder.seqs() if s > seq2]
+            assert back.seqs() == [seq2, *after]
+
+            # Resuming at the newest seq sends nothing at once (no repeat), heartbeats only.
+            current = SseClient(url, last_event_id=seq3)
+            quiet = asyncio.create_task(current.run(http))
+            await asyncio.sleep(1.2)
+            assert current.status == 200 and current.events == [] and current.comments >= 1
+            for pending in (task, quiet):
+                pending.cancel()
+
+    try:
+        asyncio.run(go())
+    finally:
+        recorder.stop()
+
+
+def test_1000_concurrent_sse_clients_all_receive_every_update(
+    deployment: Deployment, gateway: Gateway, feeder: Feeder
+) -> None:
+    clients_wanted = 1000
+    _raise_fd_limit(4 * clients_wanted)
+    key, log = "fan-out", Log.read("example-agent-1.jsonl")
+    cuts = log.cuts(8)
+    first = log.seq_after(cuts[0])
+    feeder.send(key, log.lines[: cuts[0]])
+    wait_seq(deployment, key, first)
+    url = f"{gateway.url}/sessions/{key}/context/stream"
+    recorder = ChannelRecorder(deployment, key)
+
+    async def go() -> tuple[list[SseClient], float]:
+        async with _session() as http:
+            clients = [SseClient(url) for _ in range(clients_wanted)]
+            started = time.perf_counter()
+            tasks = [asyncio.create_task(c.run(http)) for c in clients]
+            async with asyncio.timeout(60):
+                while not all(c.events for c in clients):
+                    await asyncio.sleep(0.05)
+            connect_seconds = time.perf_counter() - started
+            assert {c.seqs()[0] for c in clients} == {first}
+            assert gateway.health()["clients"] >= clients_wanted
+            # Further updates, spaced so each is its own batch (one update per batch).
+            for start, end in itertools.pairwise(cuts):
+                await asyncio.to_thread(feeder.send, key, log.lines[start:end])
+                await asyncio.to_thread(wait_seq, deployment, key, log.seq_after(end))
+                await asyncio.sleep(0.1)
+            final = log.seq_after(cuts[-1])
+            async with asyncio.timeout(30):
+                while not all(c.events[-1][0] == final for c in clients):
+                    await asyncio.sleep(0.05)
+            for task in tasks:
+                task.cancel()
+            return clients, connect_seconds
+
+    try:
+        clients, connect_seconds = asyncio.run(go())
+    finally:
+        recorder.stop()
+    published = {seq: at for seq, _, at in recorder.received}
+    expected = [first, *recorder.seqs()]
+    latencies = []
+    for client in clients:
+        assert client.seqs() == expected  # every update, in order, once
+        latencies.extend(at - published[seq] for seq, _, at in client.events[1:])
+    latencies.sort()
+    p50 = statistics.median(latencies) * 1000
+    p99 = latencies[int(0.99 * (len(latencies) - 1))] * 1000
+    print(
+        f"\nSSE fan-out: {clients_wanted} clients on one gateway, {len(expected) - 1} updates,"
+        f" {len(latencies)} deliveries; delivery latency after Redis published:"
+        f" p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {latencies[-1] * 1000:.1f} ms;"
+        f" {clients_wanted} clients connected and had the latest value in {connect_seconds:.2f} s"
+    )
+    assert len(expected) >= 5
+    assert p99 < 2000, "fan-out to 1,000 clients should take well under 2 s"
+
+
+def test_a_slow_client_is_dropped_without_slowing_the_others(
+    deployment: Deployment, redis_url: str
+) -> None:
+    """A reader that never reads fills its queue and is dropped; fast readers get every
+    update. Large updates published straight to Redis fill the socket buffers fast."""
+    small = Gateway.start(deployment, "--queue-size", "4", "--heartbeat", "30")
+    key = "slow-reader"
+    channel = f"{deployment.prefix}session:{key}"
+    client = redis.Redis.from_url(redis_url)
+    pad = "x" * 65_536
+    client.hset(channel, mapping={"update": orjson.dumps({"sessionId": key, "seq": 0})})
+    path = f"/sessions/{key}/context/stream"
+    try:
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", int(small.url.rsplit(":", 1)[1])))
+        slow.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+
+        async def go() -> list[SseClient]:
+            async with _session() as http:
+                fast = [SseClient(small.url + path) for _ in range(5)]
+                tasks = [asyncio.create_task(c.run(http)) for c in fast]
+                for c in fast:
+                    await c.wait(lambda c: c.events)
+                await asyncio.sleep(0.2)
+                for seq in range(1, 301):
+                    body = orjson.dumps({"sessionId": key, "seq": seq, "pad": pad})
+                    await asyncio.to_thread(client.publish, channel, body)
+                    if seq % 20 == 0:
+                        await asyncio.sleep(0.01)  # let the fast readers drain
+                for c in fast:
+                    await c.wait(lambda c: c.events[-1][0] == 300, timeout=60)
+                for task in tasks:
+                    task.cancel()
+                return fast
+
+        fast = asyncio.run(go())
+        for reader in fast:
+            assert reader.seqs() == list(range(301))
+        health = small.health()
+        assert health["dropped"] == 1, health
+        # The server aborted the slow connection: reading it ends (EOF or reset), no hang.
+        slow.settimeout(10)
+        try:
+            while slow.recv(1 << 20):
+                pass
+        except ConnectionResetError:
+            pass
+        slow.close()
+    finally:
+        small.stop()
+
+
+def test_the_gateway_resubscribes_after_losing_redis_and_catches_up(
+    deployment: Deployment, gateway: Gateway, redis_url: str
+) -> None:
+    """Kill the gateway's Redis connections and keep it out (a password) while an update
+    lands unheard: once back, its connected clients get that update (resync)."""
+    key = "resubscribe"
+    channel = f"{deployment.prefix}session:{key}"
+    admin = redis.Redis.from_url(redis_url)
+    admin.hset(channel, mapping={"update": orjson.dumps({"sessionId": key, "seq": 1})})
+    url = f"{gateway.url}/sessions/{key}/context/stream"
+
+    async def go() -> SseClient:
+        async with _session() as http:
+            reader = SseClient(url)
+            task = asyncio.create_task(reader.run(http))
+            await reader.wait(lambda c: c.events)
+            authed = redis.Redis.from_url(redis_url, password="gateway-outage")
+            admin.config_set("requirepass", "gateway-outage")
+            try:
+                for line in authed.client_list():
+                    if line.get("name") == "stream-gateway":
+                        authed.client_kill_filter(_id=line["id"])
+                await asyncio.sleep(0.5)
+                assert gateway.health()["subscribed"] is False
+                update = orjson.dumps({"sessionId": key, "seq": 2, "while": "away"})
+                authed.hset(channel, mapping={"update": update})
+                authed.publish(channel, update)  # nobody from the gateway hears this
+            finally:
+                authed.config_set("requirepass", "")
+            await reader.wait(lambda c: c.events[-1][0] == 2, timeout=20)
+            assert reader.status == 200 and not reader.ended  # the stream stayed open
+            task.cancel()
+            return reader
+
+    reader = asyncio.run(go())
+    assert reader.seqs() == [1, 2]
+    wait_until(lambda: gateway.health()["subscribed"], 10, "the gateway to resubscribe")
+    assert "Redis subscription lost" in gateway.log()
