@@ -11,14 +11,14 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from stream.cli import fold, measure, replay, serve, service, verify, watch
+    from stream.cli import fold, measure, replay, republish, serve, service, verify, watch
 
     parser = argparse.ArgumentParser(
         prog="stream",
         description="Fold dsh session events into context projections.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (fold, measure, verify, service, watch, serve, replay):
+    for module in (fold, measure, verify, service, watch, serve, replay, republish):
         module.register(commands)
     return parser
 

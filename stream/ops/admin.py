@@ -1,7 +1,7 @@
 """Topic administration with confluent-kafka: create what the service needs, idempotently."""
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.config import Settings
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,

@@ -22,7 +22,7 @@ from confluent_kafka import (
     KafkaError,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined,unused-ignore]
 
 from stream.config import Settings
 
@@ -261,7 +261,7 @@ def watermarks(
 ) -> dict[int, tuple[int, int]]:
     """(earliest, end) offsets per partition, from ListOffsets."""
     found: dict[int, list[int]] = {p: [] for p in partitions}
-    specs = (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    specs = (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call,unused-ignore]
     for spec in specs:
         request = {TopicPartition(topic, p): spec for p in partitions}
         for tp, future in admin.list_offsets(request, request_timeout=timeout).items():

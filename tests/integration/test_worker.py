@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.contract.jsontext import dumps
 from tests.generators.sessions import generate_session, write_session_jsonl

@@ -1,0 +1,201 @@
+"""Replay throughput: fold a corpus once, stop the worker, ``stream replay`` the whole
+backlog, restart the worker and time it back to zero lag, with ``stream lag --watch``'s
+progress lines; then check Redis against the offline fold.
+
+    python -m benchmarks.replay [--sessions N] [--turns T] [--segment S] [--rebuild]
+
+Without ``--rebuild`` the replay re-reads records the table already holds (all of them
+are recognised as applied); with it the table state is discarded and everything is
+folded afresh. Starts its own Kafka and Redis (deploy/*.sh, free ports, temp dirs) unless
+KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set. Prints figures; asserts only correctness.
+"""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import IO
+
+import orjson
+import redis
+
+from benchmarks.corpus import write_corpus
+from stream.config import Settings
+from stream.ops.lag import read_lag
+
+REPO = Path(__file__).resolve().parents[1]
+STREAM = (sys.executable, "-m", "stream")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _script(*args: str) -> str:
+    done = subprocess.run(["bash", *args], cwd=REPO, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def _stream(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "stream", *args], env=env, cwd=REPO, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"stream {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout + done.stderr
+
+
+class Worker:
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env, self.log = env, log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> float:
+        """Starts the worker; returns the seconds until it was ready (Faust: Ready)."""
+        began = time.monotonic()
+        output: IO[bytes] = self.log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "stream", "worker"],
+            env=self.env,
+            cwd=REPO,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = began + 120
+        while self.log.read_text(errors="replace").count("Worker]: Ready") <= self.starts:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(self.log.read_text(errors="replace")[-3000:])
+            time.sleep(0.1)
+        self.starts += 1
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # finishes its batch, commits, leaves
+            self.process.wait(60)
+
+
+def _wait_caught_up(settings: Settings, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while read_lag(settings).lag:
+        if time.monotonic() > deadline:
+            raise SystemExit("the worker did not catch up")
+        time.sleep(0.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--segment", type=int, default=1)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--interval", type=float, default=2.0, help="progress line every")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="replay-"))
+    started: list[tuple[str, ...]] = []
+    bootstrap, redis_url = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), os.environ.get("REDIS_URL")
+    if not bootstrap or not redis_url:
+        bootstrap = _script(
+            "deploy/kafka.sh",
+            "start",
+            "--port",
+            str(_free_port()),
+            "--controller-port",
+            str(_free_port()),
+            "--data-dir",
+            str(work / "kafka"),
+        )
+        started.append(("deploy/kafka.sh", "stop", "--data-dir", str(work / "kafka")))
+        redis_url = _script(
+            "deploy/redis.sh", "start", "--port", str(_free_port()), "--dir", str(work / "redis")
+        )
+        started.append(("deploy/redis.sh", "stop", "--dir", str(work / "redis")))
+    name = f"replay-{uuid.uuid4().hex[:6]}"
+    env = dict(
+        os.environ,
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        REDIS_URL=redis_url,
+        STREAM_APP_ID=name,
+        STREAM_INPUT_TOPIC=f"{name}.events",
+        STREAM_OUTPUT_TOPIC=f"{name}.context",
+        STREAM_DLQ_TOPIC=f"{name}.dlq",
+        REDIS_KEY_PREFIX=f"{name}:",
+        STREAM_PARTITIONS=str(args.partitions),
+        STREAM_WEB_ENABLED="0",
+        STREAM_METRICS_PORT="0",
+        STREAM_STATE_DIR=str(work / "state"),
+    )
+    settings = Settings.from_env(env)
+    worker = Worker(env, work / "worker.log")
+    try:
+        paths = write_corpus(work / "corpus", args.sessions, args.turns, seed=7)
+        worker.start()
+        produced = _stream(env, "produce", "--segment", str(args.segment), *map(str, paths))
+        print(produced.strip().splitlines()[-1])
+        began = time.monotonic()
+        _wait_caught_up(settings)
+        print(f"first fold: caught up {time.monotonic() - began:.1f} s after produce returned")
+        worker.stop()
+
+        mode = ["--to-earliest", "--wait", "30"] + (["--rebuild"] if args.rebuild else [])
+        print(f"\n$ stream replay {' '.join(mode)} --dry-run")
+        print(_stream(env, "replay", *mode, "--dry-run").rstrip())
+        print(f"\n$ stream replay {' '.join(mode)}")
+        print(_stream(env, "replay", *mode).rstrip())
+        backlog = read_lag(settings).lag
+
+        began = time.monotonic()
+        ready = worker.start()
+        print(f"\nworker ready after {ready:.1f} s; $ stream lag --watch --until-caught-up")
+        watch = subprocess.run(
+            [*STREAM, "lag", "--watch", "--until-caught-up", "--interval", str(args.interval)],
+            env=env,
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            check=True,
+        )
+        elapsed = time.monotonic() - began
+        print(watch.stdout.rstrip())
+
+        fold = subprocess.run(
+            [sys.executable, "-m", "stream", "fold", *map(str, paths)],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        expected = {line["sessionId"]: line for line in map(orjson.loads, fold.stdout.splitlines())}
+        client = redis.Redis.from_url(redis_url)
+        same = sum(
+            1
+            for sid, line in expected.items()
+            if (raw := client.hget(f"{name}:session:{sid}", "update")) is not None
+            and orjson.loads(raw) == line
+        )
+        print(
+            f"\nreplay{' --rebuild' if args.rebuild else ''}: {backlog:,} records"
+            f" (segment {args.segment}, {args.partitions} partitions, 1 worker) back to lag 0"
+            f" in {elapsed:.1f} s from worker start -> {backlog / elapsed:,.0f} records/s"
+            f" ({backlog / max(elapsed - ready, 1e-9):,.0f} records/s after ready)"
+        )
+        print(f"Redis equals the offline fold for {same} of {len(expected)} sessions")
+        if same != len(expected):
+            raise SystemExit(1)
+    finally:
+        worker.stop()
+        for stop in started:
+            subprocess.run(["bash", *stop], cwd=REPO, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
