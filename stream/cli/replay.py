@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from stream.cli.progress import Rate, duration, eta, interactive, progress, stdout_console
 from stream.config import ConfigError, Settings
@@ -344,11 +345,10 @@ def _apply(
 # -- stream lag ---------------------------------------------------------------------------
 
 
-def lag_table(report: LagReport, extra: str = "") -> Table:
+def lag_table(report: LagReport) -> Table:
     owner = {p: m for m in report.state.members for p in m.partitions}
     table = Table(
-        title=f"group {report.group} ({report.state.state.lower()}) on {report.topic}"
-        + (f"  {extra}" if extra else ""),
+        title=f"group {report.group} ({report.state.state.lower()}) on {report.topic}",
         title_justify="left",
         show_footer=True,
     )
@@ -465,7 +465,7 @@ def _watch(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> 
     if interactive(err) and not args.json:
 
         def board() -> RenderableType:
-            return Group(lag_table(catch_up.last, catch_up.line()), "")
+            return Group(lag_table(catch_up.last), Text(catch_up.line()))
 
         total = catch_up.first.lag
         with progress("catching up", total=total, unit="records", above=board) as bar:

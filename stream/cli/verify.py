@@ -1,4 +1,4 @@
-"""``stream verify``: seed 000's verification as a tool.
+"""``stream verify``: the breakdown checked against the positional fold, as a tool.
 
 Folds every log twice — through the O(1) projections and through the positional X-ray —
 and reports where ``contextBreakdown`` agrees with the breakdown the full surface

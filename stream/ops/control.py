@@ -72,10 +72,26 @@ class Control:
         """The generation a worker publishes with."""
         return max(configured, self.generation)
 
-    def after_rebuild(self, configured: int, topic: str, targets: Mapping[int, int]) -> "Control":
+    def next_generation(self, configured: int, wanted: int | None = None) -> int:
+        """The generation a rebuild or bump moves to: ``wanted``, or one above any in use
+        (this record's and the configured ``STREAM_GENERATION``)."""
+        floor = max(self.generation, configured)
+        if wanted is None:
+            return floor + 1
+        if wanted <= floor:
+            raise ValueError(f"generation {wanted} is not above {floor}, the one in use")
+        return wanted
+
+    def after_rebuild(
+        self,
+        configured: int,
+        topic: str,
+        targets: Mapping[int, int],
+        generation: int | None = None,
+    ) -> "Control":
         """The record a rebuild writes: a generation above any in use, the next epoch."""
         return Control(
-            generation=max(self.generation, configured) + 1,
+            generation=self.next_generation(configured, generation),
             epoch=self.epoch + 1,
             rebuild=tuple(sorted(targets.items())),
             topic=topic,
@@ -241,6 +257,7 @@ def plan_rebuild(
     reset: ResetPlan,
     changelog: Sequence[ChangelogPartition],
     configured_generation: int,
+    generation: int | None = None,
 ) -> RebuildPlan:
     """What ``--rebuild`` writes on top of the offset reset (pure).
 
@@ -248,15 +265,32 @@ def plan_rebuild(
     changelog empty and the control record naming the same targets: nothing to do. A
     rebuild interrupted part way (offsets moved, control not yet written, changelog not yet
     truncated) is never mistaken for a finished one, so running it again completes it.
+    Raises ``ValueError`` for a ``generation`` not above the one in use.
     """
     targets = reset.targets()
     done = (
         not reset.changes
         and all(p.records == 0 for p in changelog)
         and current.is_rebuild_to(reset.topic, targets)
+        and generation in (None, current.generation)
     )
-    following = None if done else current.after_rebuild(configured_generation, reset.topic, targets)
+    following = (
+        None
+        if done
+        else current.after_rebuild(configured_generation, reset.topic, targets, generation)
+    )
     return RebuildPlan(current, following, tuple(changelog))
+
+
+def plan_generation(
+    current: Control, configured: int, generation: int | None = None
+) -> Control | None:
+    """The record a generation bump writes (``None``: already at ``generation``). Only the
+    generation moves: no state is discarded. Bumping to an explicit ``generation`` is
+    idempotent; a bare bump moves one further every time it runs."""
+    if generation is not None and generation == current.generation:
+        return None
+    return replace(current, generation=current.next_generation(configured, generation))
 
 
 def changelog_state(

@@ -1,1 +1,2 @@
-"""Where updates go (SPEC §6): the compacted output topic, Redis, and the dead-letter topic."""
+"""Where updates go (contract: "What is published"): the one publisher of a batch — rows,
+the compacted output topic, dead letters, Redis — and the Redis layout and scripts."""

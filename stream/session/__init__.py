@@ -1,1 +1,2 @@
-"""Per-session processing (SPEC §5): cursors, versions, faults, plan then commit; the row codec."""
+"""Per-session processing (contract: "Per-session processing"): cursors, versions, faults,
+plan then commit, tallies; the row codec; the batch fold and the offline fold."""

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-Event = dict[str, Any]
+from stream.contract import build
+
+Event = build.RawEvent
 Json = Any  # dict | list | str | int | bool | None | RawNumber | DupKeyObject
 
 MIN_PACK_RUN: Final = 3  # the reference packer's MIN_RUN: shorter runs stay one line per event
@@ -358,7 +360,8 @@ def price_blocks(blocks: Iterable[dict[str, Json]]) -> int:
 
 
 def _text_block(rng: random.Random, kind: str = "text") -> dict[str, Json]:
-    block: dict[str, Json] = {"type": kind, "text": nasty_text(rng)}
+    text = nasty_text(rng)
+    block = build.reasoning_block(text) if kind == "reasoning" else build.text_block(text)
     if rng.random() < 0.05:
         # Known blocks may carry extra keys; pricing reads only `text`.
         block[rng.choice(("cache", "signature", "providerOptions"))] = rng.choice(
@@ -410,10 +413,7 @@ def _content(
                 blocks.append(_text_block(rng, "reasoning"))
             else:
                 name = rng.choice(_TOOL_NAMES)
-                arguments = _tool_arguments(rng)
-                blocks.append(
-                    {"type": "tool-call", "id": "x", "name": name, "arguments": arguments}
-                )
+                blocks.append(build.tool_call_block("x", name, _tool_arguments(rng)))
         else:
             blocks.append(_text_block(rng))
     return blocks
@@ -490,10 +490,8 @@ class _SessionBuilder:
     def emit(
         self, kind: str, data: dict[str, Json], surface_op: Json = None, **extra: Json
     ) -> Event:
-        event: Event = {"type": kind, "seq": len(self.events), "time": self._tick(), "data": data}
-        if surface_op is not None:
-            event["surfaceOp"] = surface_op
-        event.update(extra)
+        op = build.ABSENT if surface_op is None else surface_op
+        event = build.event(kind, len(self.events), data, op=op, time=self._tick(), **extra)
         self.events.append(event)
         return event
 
@@ -510,17 +508,16 @@ class _SessionBuilder:
                 cited = []
             if cited or kind == "assistant/message":
                 extra["sourceEventSeqs"] = cited
-        event = self.emit(kind, data, "append", **extra)
+        event = self.emit(kind, data, build.APPEND, **extra)
         self.surface.append(_Node(event["seq"], price, kind, data))
         return event
 
     def replace(self, kind: str, data: dict[str, Json], price: int, i: int, j: int) -> Event:
         start, end = self.surface[i].seq, self.surface[j].seq
-        op: dict[str, Json] = {"op": "replace", "start": start, "end": end}
-        if self.v3_ops and self.rng.random() < 0.15 and not self._claim_armed():
-            # Format v3 keys: only where no claim is armed (the reference compares
-            # `op.start` with the claim, so a v3 op would fault it there).
-            op = {"op": "replace", "startSeq": start, "endSeq": end}
+        # Format v3 keys only where no claim is armed (the reference compares `op.start`
+        # with the claim, so a v3 op would fault it there).
+        v3 = self.v3_ops and self.rng.random() < 0.15 and not self._claim_armed()
+        op = build.replace(start, end, v3=v3)
         cited = [node.seq for node in self.surface[i : j + 1]]  # dsh requires every shadowed seq
         if self.rng.random() < 0.2:
             cited += [s for s in self._earlier_seqs(3) if s not in cited]
@@ -565,11 +562,17 @@ class _SessionBuilder:
                 return rng.randrange(10**9, 10**12)
             return rng.randrange(1, 200_000)
 
-        usage: dict[str, Json] = {"inputTokens": count(), "outputTokens": count()}
-        for key in ("cacheReadTokens", "cacheWriteTokens", "reasoningTokens"):
-            if rng.random() < 0.5:
-                usage[key] = count()
-        return usage
+        input_tokens, output_tokens = count(), count()
+        cache_read, cache_write, reasoning = (
+            count() if rng.random() < 0.5 else build.ABSENT for _ in range(3)
+        )
+        return build.usage(
+            input_tokens,
+            output_tokens,
+            cache_read=cache_read,
+            cache_write=cache_write,
+            reasoning=reasoning,
+        )
 
     def _vary_usage(self, usage: dict[str, Json]) -> dict[str, Json]:
         """A later sample for the same step: identical, or with some counts moved."""
@@ -584,7 +587,7 @@ class _SessionBuilder:
         return varied
 
     def user_data(self, content: list[dict[str, Json]]) -> dict[str, Json]:
-        data: dict[str, Json] = {"role": "user", "content": content, "source": "user"}
+        data = build.user_data(content)
         if self.rng.random() < 0.05:
             data["meta"] = {"origin": nasty_text(self.rng, 2)}
         return data
@@ -599,30 +602,22 @@ class _SessionBuilder:
         if depth == 0 and self.rng.random() < 0.03:
             # A nested tool-result is priced recursively.
             content.append(self.tool_result_block(self._call(), 1))
-        block: dict[str, Json] = {
-            "type": "tool-result",
-            "callId": call.call_id,
-            "name": call.name,
-            "content": content,
-        }
-        if self.rng.random() < 0.1:
-            block["isError"] = True
-        return block
+        is_error = True if self.rng.random() < 0.1 else build.ABSENT
+        return build.tool_result_block(call.call_id, content, name=call.name, is_error=is_error)
 
     def tool_result_data(self, calls: Sequence[_Call]) -> tuple[dict[str, Json], int]:
         blocks = [self.tool_result_block(call) for call in calls]
-        return {"message": {"role": "tool", "content": blocks}}, price_blocks(blocks) + 4
+        return build.tool_result_data(blocks), price_blocks(blocks) + 4
 
     def assistant_data(
         self, content: list[dict[str, Json]], usage: dict[str, Json] | None
     ) -> tuple[dict[str, Json], int]:
-        data: dict[str, Json] = {
-            "turn": self.turn,
-            "step": self.step,
-            "message": {"role": "assistant", "content": content},
-        }
-        if usage is not None:
-            data["usage"] = usage
+        data = build.assistant_data(
+            content,
+            usage=build.ABSENT if usage is None else usage,
+            turn=self.turn,
+            step=self.step,
+        )
         # An empty-content message is a usage-only step: it derives no message, price 0.
         return data, (price_blocks(content) + 4 if content else 0)
 

@@ -1,16 +1,20 @@
-"""Small builders for session events, shared by the unit tests (see conftest.py).
+"""Short names for session events in the unit tests (see conftest.py).
 
-Every builder returns what ``read_event`` makes of a raw JSON object, so a test reads
-exactly like the log line it stands for. ``raw_*`` variants return the raw dict.
+The events themselves come from the one event factory, ``stream.contract.build``; these
+wrappers only make a test read like the log line it stands for: every builder returns
+what ``read_event`` makes of the raw object, and ``raw`` returns the raw object itself.
+``None`` for an optional argument leaves the key out, except where the argument's
+default is ``_UNSET`` (then ``None`` writes ``null``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from stream.contract import build
 from stream.contract.events import Event, read_event
 
-_UNSET: Any = object()
+_UNSET: Any = build.ABSENT
 
 
 def raw(
@@ -18,16 +22,11 @@ def raw(
     seq: int,
     data: Any = _UNSET,
     surfaceOp: Any = _UNSET,
-    time: Any = 1_700_000_000_000,
+    time: Any = build.T0,
     **extra: Any,
 ) -> dict[str, Any]:
     """A raw event object; ``data`` defaults to ``{}``, ``surfaceOp`` to absent."""
-    event: dict[str, Any] = {"type": type, "seq": seq, "time": time}
-    event["data"] = {} if data is _UNSET else data
-    if surfaceOp is not _UNSET:
-        event["surfaceOp"] = surfaceOp
-    event.update(extra)
-    return event
+    return build.event(type, seq, {} if data is _UNSET else data, op=surfaceOp, time=time, **extra)
 
 
 def ev(
@@ -41,26 +40,20 @@ def ev(
     return read_event(raw(type, seq, data, surfaceOp, **extra))
 
 
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
-
-
-def content(*texts: str) -> list[dict[str, Any]]:
-    return [text(t) for t in texts]
+text = build.text_block
+content = build.texts
 
 
 def replace(start: int, end: int, v3: bool = False) -> dict[str, Any]:
     """A replace surfaceOp in format v0 (``start``/``end``) or v3 (``startSeq``/``endSeq``)."""
-    if v3:
-        return {"op": "replace", "startSeq": start, "endSeq": end}
-    return {"op": "replace", "start": start, "end": end}
+    return build.replace(start, end, v3=v3)
 
 
 # --- surface events ---------------------------------------------------------------------------
 
 
 def user(seq: int, *texts: str, op: Any = "append") -> Event:
-    return ev("user/message", seq, {"role": "user", "content": content(*texts)}, op)
+    return read_event(build.user_message(seq, content(*texts), op=op))
 
 
 def assistant(
@@ -71,40 +64,36 @@ def assistant(
     turn: int | None = None,
     step: int | None = None,
 ) -> Event:
-    data: dict[str, Any] = {"message": {"role": "assistant", "content": content(*texts)}}
-    if usage is not _UNSET:
-        data["usage"] = usage
-    if turn is not None:
-        data["turn"] = turn
-    if step is not None:
-        data["step"] = step
-    return ev("assistant/message", seq, data, op)
+    return read_event(
+        build.assistant_message(
+            seq,
+            content(*texts),
+            usage=usage,
+            turn=build.ABSENT if turn is None else turn,
+            step=build.ABSENT if step is None else step,
+            op=op,
+        )
+    )
 
 
 def tool_result(seq: int, *texts: str, op: Any = "append") -> Event:
-    block = {"type": "tool-result", "callId": "c1", "content": content(*texts)}
-    return ev("tool/result", seq, {"message": {"role": "tool", "content": [block]}}, op)
+    block = build.tool_result_block("c1", content(*texts))
+    return read_event(build.tool_result(seq, [block], op=op))
 
 
 def system(seq: int, *texts: str, op: Any = "append") -> Event:
-    message = {"role": "system", "content": content(*texts)}
-    return ev("system/message", seq, {"message": message}, op)
+    return read_event(build.system_message(seq, content(*texts), op=op))
 
 
 # --- other events -----------------------------------------------------------------------------
 
 
 def header(seq: int, system: Any = _UNSET, tools: Any = _UNSET) -> Event:
-    head: dict[str, Any] = {"config": {"model": "deepseek-chat"}}
-    if system is not _UNSET:
-        head["system"] = system
-    if tools is not _UNSET:
-        head["tools"] = tools
-    return ev("request/header", seq, {"header": head})
+    return read_event(build.request_header(seq, system=system, tools=tools))
 
 
 def context(seq: int, window: Any = _UNSET) -> Event:
-    return ev("request/context", seq, {} if window is _UNSET else {"contextWindow": window})
+    return read_event(build.request_context(seq, window))
 
 
 def usage(
@@ -113,25 +102,20 @@ def usage(
     cache_read: int | None = None,
     cache_write: int | None = None,
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"inputTokens": input, "outputTokens": output}
-    if cache_read is not None:
-        out["cacheReadTokens"] = cache_read
-    if cache_write is not None:
-        out["cacheWriteTokens"] = cache_write
-    return out
-
-
-def usage_chunk(seq: int, sample: Any, turn: int = 0, step: int = 0) -> Event:
-    return ev(
-        "assistant/chunk",
-        seq,
-        {"turn": turn, "step": step, "chunk": {"type": "usage", "usage": sample}},
+    return build.usage(
+        input,
+        output,
+        cache_read=build.ABSENT if cache_read is None else cache_read,
+        cache_write=build.ABSENT if cache_write is None else cache_write,
     )
 
 
+def usage_chunk(seq: int, sample: Any, turn: int = 0, step: int = 0) -> Event:
+    return read_event(build.usage_chunk(seq, sample, turn=turn, step=step))
+
+
 def text_chunk(seq: int, delta: str = "x", turn: int = 0, step: int = 0) -> Event:
-    chunk = {"type": "text-delta", "index": 0, "text": delta}
-    return ev("assistant/chunk", seq, {"turn": turn, "step": step, "chunk": chunk})
+    return read_event(build.assistant_chunk(seq, build.text_delta(delta), turn=turn, step=step))
 
 
 def meter(
@@ -143,13 +127,7 @@ def meter(
     kind: str = "compaction/summary",
 ) -> Event:
     """A metering event arming a claim over ``start..end`` priced ``tokens``."""
-    data: dict[str, Any] = {
-        "shadowedRange": {"start": start, "end": end},
-        "shadowedTokenCount": tokens,
-    }
-    if shadowed is not _UNSET:
-        data["shadowedSeqs"] = shadowed
-    return ev(kind, seq, data)
+    return read_event(build.metering(seq, start, end, tokens, shadowed_seqs=shadowed, type=kind))
 
 
 def noop(seq: int, kind: str = "turn/start") -> Event:
