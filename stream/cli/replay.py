@@ -10,6 +10,7 @@ changelog, so every worker drops its local state at start and refolds from the o
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,10 +25,13 @@ from stream.cli.progress import Rate, duration, eta, interactive, progress, stdo
 from stream.config import ConfigError, Settings
 from stream.ops.admin import admin as admin_client
 from stream.ops.control import (
+    Control,
+    ControlError,
     RebuildPlan,
     changelog_state,
     changelog_topic,
     control_topic,
+    plan_generation,
     plan_rebuild,
     read_control,
     truncate_changelog,
@@ -41,6 +45,7 @@ from stream.ops.offsets import (
     GroupBusy,
     GroupState,
     Latest,
+    PartitionPlan,
     PlanError,
     ResetPlan,
     Target,
@@ -59,11 +64,11 @@ def register(commands: Any) -> None:
         "replay",
         help="reset the worker group's input offsets (workers stopped); --rebuild also"
         " discards the table state",
-        description="Move the worker group's committed input offsets. Refuses while the"
-        " group has live members. Offsets and counts are records (a --segment N message"
-        " holds up to N events).",
+        description="Move the worker group's committed input offsets (refused while the"
+        " group has live members), and/or move the rebuild generation. Offsets and counts"
+        " are records (a --segment N message holds up to N events).",
     )
-    where = replay.add_mutually_exclusive_group(required=True)
+    where = replay.add_mutually_exclusive_group()
     where.add_argument("--to-earliest", action="store_true", help="the earliest retained record")
     where.add_argument(
         "--to-latest",
@@ -87,6 +92,19 @@ def register(commands: Any) -> None:
         action="store_true",
         help="also discard the table state: truncate its changelog and bump the state epoch"
         " and the rebuild generation, so every worker drops its local copy and refolds",
+    )
+    replay.add_argument(
+        "--new-generation",
+        action="store_true",
+        help="only move the rebuild generation (no target needed, state kept): workers"
+        " publish with it from their next start, so re-produced sessions win in Redis",
+    )
+    replay.add_argument(
+        "--generation",
+        type=int,
+        metavar="N",
+        help="with --rebuild or --new-generation: this generation instead of the next one"
+        " (above any in use; repeating it changes nothing)",
     )
     replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     replay.add_argument(
@@ -163,14 +181,20 @@ def parse_partitions(text: str | None) -> frozenset[int] | None:
     return chosen
 
 
-def _target(args: argparse.Namespace) -> Target:
+def _target(args: argparse.Namespace) -> Target | None:
     if args.to_earliest:
         return Earliest()
     if args.to_latest:
         return Latest()
     if args.to_datetime is not None:
         return AtTime(parse_instant(args.to_datetime))
-    return parse_offsets(args.to_offset)
+    if args.to_offset is not None:
+        return parse_offsets(args.to_offset)
+    if args.rebuild or not args.new_generation:
+        raise PlanError("give a target: --to-earliest, --to-latest, --to-datetime or --to-offset")
+    if args.partitions is not None:
+        raise PlanError("--partitions needs a target")
+    return None
 
 
 # -- stream replay -------------------------------------------------------------------------
@@ -250,95 +274,146 @@ def rebuild_lines(settings: Settings, plan: RebuildPlan) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Everything ``stream replay`` is about to do, planned before anything is written."""
+
+    state: GroupState
+    plan: ResetPlan | None  # None: no target (a generation bump alone)
+    rebuild: RebuildPlan | None = None
+    generation: Control | None = None  # a generation-only bump to write
+    current: Control | None = None  # the control record it bumps
+
+    @property
+    def moving(self) -> tuple[PartitionPlan, ...]:
+        return self.plan.changes if self.plan else ()
+
+    @property
+    def writes(self) -> bool:
+        rebuilds = self.rebuild is not None and self.rebuild.next is not None
+        return bool(self.moving) or rebuilds or self.generation is not None
+
+
+def _plan(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> Replay:
+    target, only = _target(args), parse_partitions(args.partitions)
+    if args.generation is not None and not (args.rebuild or args.new_generation):
+        raise PlanError("--generation goes with --rebuild or --new-generation")
+    group, topic = settings.app_id, settings.input_topic
+    state = _wait_for_empty(admin, settings, args.wait if target else 0.0, quiet=False)
+    if target is None:
+        current = read_control(settings)
+        bump = plan_generation(current, settings.generation, args.generation)
+        return Replay(state, None, generation=bump, current=current)
+    offsets = snapshot(admin, group, topic)
+    times = None
+    if isinstance(target, AtTime):
+        chosen = sorted(only) if only else [p.partition for p in offsets]
+        times = offsets_for_time(settings, topic, chosen, target.ms)
+    plan = plan_reset(offsets, target, group=group, topic=topic, only=only, times=times)
+    if args.rebuild:
+        selected = [p.partition for p in plan.partitions]
+        rebuild = plan_rebuild(
+            read_control(settings),
+            plan,
+            changelog_state(settings, admin, selected),
+            settings.generation,
+            args.generation,
+        )
+        return Replay(state, plan, rebuild=rebuild)
+    if args.new_generation:
+        current = read_control(settings)
+        bump = plan_generation(current, settings.generation, args.generation)
+        return Replay(state, plan, generation=bump, current=current)
+    return Replay(state, plan)
+
+
 def run_replay(args: argparse.Namespace) -> int:
     settings = _settings()
-    try:
-        target = _target(args)
-        only = parse_partitions(args.partitions)
-    except PlanError as error:
-        print(f"stream replay: {error}", file=sys.stderr)
-        return 2
     out = stdout_console()
     admin = admin_client(settings)
-    group, topic = settings.app_id, settings.input_topic
     try:
-        state = _wait_for_empty(admin, settings, args.wait, quiet=False)
-        offsets = snapshot(admin, group, topic)
-        times = None
-        if isinstance(target, AtTime):
-            chosen = sorted(only) if only else [p.partition for p in offsets]
-            times = offsets_for_time(settings, topic, chosen, target.ms)
-        plan = plan_reset(offsets, target, group=group, topic=topic, only=only, times=times)
-        rebuild = None
-        if args.rebuild:
-            selected = [p.partition for p in plan.partitions]
-            rebuild = plan_rebuild(
-                read_control(settings),
-                plan,
-                changelog_state(settings, admin, selected),
-                settings.generation,
-            )
-    except PlanError as error:
+        replay = _plan(args, settings, admin)
+    except (PlanError, ControlError) as error:
         print(f"stream replay: {error}", file=sys.stderr)
         return 2
     except BROKER_ERRORS as error:
         print(f"stream replay: {settings.bootstrap_servers}: {error}", file=sys.stderr)
         return 1
-    out.print(plan_table(plan))
+    plan, rebuild = replay.plan, replay.rebuild
+    if plan is not None:
+        out.print(plan_table(plan))
     for line in rebuild_lines(settings, rebuild) if rebuild else []:
         out.print(line, highlight=False)
-    if rebuild and not isinstance(target, Earliest | Latest):
+    if rebuild and plan and not isinstance(plan.target, Earliest | Latest):
         out.print(
             "warning: a rebuild from a mid-point faults every session that began before it"
             " (gap); rebuild --to-earliest, or --to-latest and `stream produce` the logs",
             highlight=False,
         )
-    if state.members:
-        print(f"stream replay: refusing: {GroupBusy(state)}", file=sys.stderr)
+    if replay.current is not None:
+        bump, was = replay.generation, replay.current.generation
+        out.print(
+            f"generation: {control_topic(settings)} already at {was}"
+            if bump is None
+            else f"generation: {control_topic(settings)} generation {was} -> {bump.generation}"
+            " (workers publish with it from their next start)",
+            highlight=False,
+        )
+    # A generation bump alone may go ahead with workers running: they take it at restart.
+    if replay.state.members and plan is not None:
+        print(f"stream replay: refusing: {GroupBusy(replay.state)}", file=sys.stderr)
         return 1
-    moving = plan.changes
-    if not moving and (rebuild is None or rebuild.next is None):
-        out.print("nothing to change: the group is already at these offsets", highlight=False)
+    if not replay.writes:
+        out.print("nothing to change: already in place", highlight=False)
         return 0
     if args.dry_run:
         out.print(
-            f"dry run: nothing changed ({len(moving)} partition(s) would move,"
-            f" {plan.rereads:,} records re-read)",
+            "dry run: nothing changed"
+            + (
+                f" ({len(replay.moving)} partition(s) would move, {plan.rereads:,} records re-read)"
+                if plan
+                else ""
+            ),
             highlight=False,
         )
         return 0
     try:
-        _apply(settings, admin, plan, rebuild)
+        _apply(settings, admin, replay)
     except BROKER_ERRORS as error:
         print(f"stream replay: failed, run it again to finish: {error}", file=sys.stderr)
         return 1
-    out.print(
-        f"moved {len(moving)} partition(s) of group {group}; the workers read"
-        f" {plan.backlog:,} records from there ({plan.rereads:,} again)",
-        highlight=False,
-    )
+    if plan is not None:
+        out.print(
+            f"moved {len(replay.moving)} partition(s) of group {plan.group}; the workers read"
+            f" {plan.backlog:,} records from there ({plan.rereads:,} again)",
+            highlight=False,
+        )
     if rebuild and rebuild.next:
         out.print(
             f"rebuild: generation {rebuild.next.generation}, epoch {rebuild.next.epoch} written;"
             f" changelog truncated ({rebuild.dropped:,} offsets)",
             highlight=False,
         )
+    if replay.generation:
+        out.print(f"generation {replay.generation.generation} written", highlight=False)
     return 0
 
 
-def _apply(
-    settings: Settings, admin: AdminClient, plan: ResetPlan, rebuild: RebuildPlan | None
-) -> None:
+def _apply(settings: Settings, admin: AdminClient, replay: Replay) -> None:
     """Offsets first: the broker refuses them if a worker joined since we looked, before
     anything is discarded. Then the control record, then the changelog: were it truncated
     first and the record lost, a rerun would see an empty changelog and skip the epoch."""
-    steps = 1 + (len(rebuild.changelog) + 1 if rebuild and rebuild.next else 0)
+    rebuild = replay.rebuild if replay.rebuild and replay.rebuild.next else None
+    steps = 2 + (len(rebuild.changelog) if rebuild else 0)
     with progress("replay", total=steps, unit="steps", transient=True) as bar:
-        apply_reset(admin, plan)
+        if replay.plan is not None:
+            apply_reset(admin, replay.plan)
         bar.advance()
-        if rebuild and rebuild.next:
-            write_control(settings, rebuild.next)
-            bar.advance()
+        record = rebuild.next if rebuild else replay.generation
+        if record is not None:
+            write_control(settings, record)
+        bar.advance()
+        if rebuild:
             truncate_changelog(settings, admin, rebuild.changelog, on_done=lambda _: bar.advance())
 
 

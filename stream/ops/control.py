@@ -50,6 +50,10 @@ CONTROL_KEY = b"control"
 EPOCH_FILE = "epoch"  # in STREAM_STATE_DIR: the epoch this directory's table state is from
 
 
+class ControlError(ValueError):
+    """A control change that cannot be made as asked (a generation not above the current)."""
+
+
 def control_topic(settings: Settings) -> str:
     return f"{settings.app_id}-control"
 
@@ -79,7 +83,7 @@ class Control:
         if wanted is None:
             return floor + 1
         if wanted <= floor:
-            raise ValueError(f"generation {wanted} is not above {floor}, the one in use")
+            raise ControlError(f"generation {wanted} is not above {floor}, the one in use")
         return wanted
 
     def after_rebuild(
@@ -265,7 +269,7 @@ def plan_rebuild(
     changelog empty and the control record naming the same targets: nothing to do. A
     rebuild interrupted part way (offsets moved, control not yet written, changelog not yet
     truncated) is never mistaken for a finished one, so running it again completes it.
-    Raises ``ValueError`` for a ``generation`` not above the one in use.
+    Raises ``ControlError`` for a ``generation`` not above the one in use.
     """
     targets = reset.targets()
     done = (

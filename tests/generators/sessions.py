@@ -629,31 +629,33 @@ class _SessionBuilder:
             config: dict[str, Json] = {"model": rng.choice(("m", "deepseek-chat", "m-\u00e9"))}
             if rng.random() < 0.7:
                 config = {"provider": "deepseek", **config}
-            header: dict[str, Json] = {"config": config}
+            system: Json = build.ABSENT
             roll = rng.random()
             if roll < 0.15:
-                header["system"] = ""  # canonical: an empty prompt counts as absent
+                system = ""  # canonical: an empty prompt counts as absent
             elif roll < 0.8:
-                header["system"] = nasty_text(rng, 20)
+                system = nasty_text(rng, 20)
+            tools: Json = build.ABSENT
             roll = rng.random()
             if roll < 0.15:
-                header["tools"] = []  # canonical: an empty tool list counts as absent
+                tools = []  # canonical: an empty tool list counts as absent
             elif roll < 0.75:
-                header["tools"] = [tool_schema(rng) for _ in range(rng.randrange(1, 5))]
-            self.emit("request/header", {"header": header})
+                tools = [tool_schema(rng) for _ in range(rng.randrange(1, 5))]
+            self.emit(
+                "request/header", build.header_data(system=system, tools=tools, config=config)
+            )
         if rng.random() < 0.6:
-            data: dict[str, Json] = {}
+            window: Json = build.ABSENT
             if rng.random() < 0.8:  # absent removes the window from the view
-                windows = (1, 8192, 65_536, 128_000, 1_000_000, 2**31, 2**40)
-                data["contextWindow"] = rng.choice(windows)
-            self.emit("request/context", data)
+                window = rng.choice((1, 8192, 65_536, 128_000, 1_000_000, 2**31, 2**40))
+            self.emit("request/context", build.context_data(window))
 
     def ep_user(self) -> None:
         content = _content(self.rng, 4)
         self.append("user/message", self.user_data(content), price_blocks(content) + 4)
 
     def _chunk(self, chunk: dict[str, Json]) -> None:
-        self.emit("assistant/chunk", {"turn": self.turn, "step": self.step, "chunk": chunk})
+        self.emit("assistant/chunk", build.chunk_data(chunk, turn=self.turn, step=self.step))
 
     def _stream(self, blocks: list[dict[str, Json]]) -> None:
         """Stream deltas for the step's blocks (same turn/step/index runs get packed on write)."""
@@ -664,16 +666,12 @@ class _SessionBuilder:
             if block.get("type") == "tool-call":
                 named_every = rng.random() < 0.3
                 for k, piece in enumerate(_split_utf16(rng, str(block["arguments"]))):
-                    chunk: dict[str, Json] = {"type": "tool-call-delta", "index": index}
-                    chunk["id"] = block["id"]
-                    if k == 0 or named_every:
-                        chunk["name"] = block["name"]
-                    chunk["argumentsDelta"] = piece
-                    chunks.append(chunk)
+                    name = block["name"] if k == 0 or named_every else build.ABSENT
+                    chunks.append(build.tool_call_delta(block["id"], piece, index=index, name=name))
             elif block.get("type") in ("text", "reasoning"):
-                delta = "reasoning-delta" if block["type"] == "reasoning" else "text-delta"
+                delta = build.reasoning_delta if block["type"] == "reasoning" else build.text_delta
                 for piece in _split_utf16(rng, str(block["text"])):
-                    chunks.append({"type": delta, "index": index, "text": piece})
+                    chunks.append(delta(piece, index=index))
             streams.append(chunks)
         ordered: list[dict[str, Json]] = []
         if len(streams) >= 2 and rng.random() < 0.15:
@@ -722,11 +720,11 @@ class _SessionBuilder:
             self._stream(blocks)
             sample = self.usage() if rng.random() < 0.7 else None
             if sample is not None:
-                self._chunk({"type": "usage", "usage": sample})
+                self._chunk(build.usage_delta(sample))
                 if rng.random() < 0.1:
                     # A second sample for the same step replaces the first's contribution.
                     sample = self._vary_usage(sample)
-                    self._chunk({"type": "usage", "usage": sample})
+                    self._chunk(build.usage_delta(sample))
             aborted = rng.random() < 0.07  # no final message (and no tool results)
             if not aborted:
                 if sample is None:
@@ -784,12 +782,9 @@ class _SessionBuilder:
     def compaction(self, i: int, j: int) -> Event:
         rng = self.rng
         seqs = [node.seq for node in self.surface[i : j + 1]]
-        data: dict[str, Json] = {
-            "shadowedRange": {"start": seqs[0], "end": seqs[-1]},
-            "shadowedTokenCount": self.shadow_price(i, j),
-        }
-        if rng.random() < 0.85:  # absent in old logs
-            data["shadowedSeqs"] = seqs
+        tokens = self.shadow_price(i, j)
+        shadowed = seqs if rng.random() < 0.85 else build.ABSENT  # absent in old logs
+        data = build.metering_data(seqs[0], seqs[-1], tokens, shadowed_seqs=shadowed)
         if rng.random() < 0.2:
             data["reason"] = rng.choice(("auto", "manual", "overflow"))
         return self.emit(rng.choice(_METERING_TYPES), data)
@@ -802,15 +797,11 @@ class _SessionBuilder:
             # dsh's rewrite rule: same tool/result, only the result content changes.
             data = copy.deepcopy(target.data)
             for block in data["message"]["content"]:
-                block["content"] = (
-                    [{"type": "text", "text": "[pruned]"}] if rng.random() < 0.7 else []
-                )
+                block["content"] = build.texts("[pruned]") if rng.random() < 0.7 else []
             price = price_blocks(data["message"]["content"]) + 4
             self.replace("tool/result", data, price, i, j)
         elif rng.random() < 0.75:
-            content: list[dict[str, Json]] = [
-                {"type": "text", "text": "Summary: " + nasty_text(rng, 6)}
-            ]
+            content = build.texts("Summary: " + nasty_text(rng, 6))
             if rng.random() < 0.15:
                 content = _content(rng, 2)
             self.replace("user/message", self.user_data(content), price_blocks(content) + 4, i, j)
@@ -866,7 +857,7 @@ class _SessionBuilder:
         elif roll < 0.65:
             self.emit("request/context", {"contextWindow": rng.choice((4096, 128_000))})
         elif roll < 0.8:
-            self._chunk({"type": "usage", "usage": self.usage()})
+            self._chunk(build.usage_delta(self.usage()))
         else:
             self.ep_user()  # an append keeps i..j valid (it only grows the tail)
         self.replacement(i, j)
@@ -989,29 +980,6 @@ def _continues(prev: Event, nxt: Event) -> bool:
     )
 
 
-def _row(kind: str, run: Sequence[Event]) -> dict[str, Json]:
-    first = run[0]
-    data: dict[str, Json] = {
-        "turn": first["data"]["turn"],
-        "step": first["data"]["step"],
-        "index": first["data"]["chunk"]["index"],
-    }
-    dt = [event["time"] - run[k]["time"] for k, event in enumerate(run[1:])]
-    if kind == "tool-call-delta":
-        chunk = first["data"]["chunk"]
-        data["id"] = chunk["id"]
-        if "name" in chunk:
-            data["name"] = chunk["name"]
-        data["dt"] = dt
-        data["args"] = [event["data"]["chunk"]["argumentsDelta"] for event in run]
-        tag = "tool-call-chunks"
-    else:
-        data["dt"] = dt
-        data["texts"] = [event["data"]["chunk"]["text"] for event in run]
-        tag = "text-chunks" if kind == "text-delta" else "reasoning-chunks"
-    return {"type": tag, "seq0": first["seq"], "time0": first["time"], "data": data}
-
-
 def pack_records(events: Sequence[Event], rng: random.Random | None = None) -> list[Json]:
     """Storage records: runs of >= 3 same-block deltas become one chunk row, like dsh's writer.
 
@@ -1023,7 +991,7 @@ def pack_records(events: Sequence[Event], rng: random.Random | None = None) -> l
 
     def flush_part(part: list[Event]) -> None:
         if run_kind is not None and len(part) >= MIN_PACK_RUN:
-            out.append(_row(run_kind, part))
+            out.append(build.pack_run(part))
         else:
             out.extend(part)
 
@@ -1068,7 +1036,7 @@ def write_session_jsonl(
     rng = random.Random(f"write:{session_id}")
     writer = _JsonWriter(rng)
     records = pack_records(events, rng) if pack_chunks else list(events)
-    lines = [writer.line({"type": "session", "id": session_id})] if header else []
+    lines = [writer.line(build.session_header(session_id))] if header else []
     lines += [writer.line(record) for record in records]
     # Lone surrogates are always escaped, so the text is valid UTF-8.
     Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8", newline="\n")

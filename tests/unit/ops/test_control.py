@@ -13,10 +13,12 @@ from stream.ops.control import (
     TABLE,
     ChangelogPartition,
     Control,
+    ControlError,
     changelog_topic,
     control_topic,
     local_epoch,
     local_table_paths,
+    plan_generation,
     plan_rebuild,
     prepare_state,
 )
@@ -163,3 +165,23 @@ def test_prepare_state_reports_an_unreadable_control_record(tmp_path: Path) -> N
 
     with pytest.raises(RuntimeError, match="ctx-control: unreadable"):
         prepare_state(Settings(app_id="ctx", state_dir=str(tmp_path)), read=broken)
+
+
+def test_a_generation_bump_moves_only_the_generation() -> None:
+    current = Control(generation=3, epoch=2, rebuild=((0, 5),), topic="events")
+    bumped = plan_generation(current, 1)
+    assert bumped == Control(generation=4, epoch=2, rebuild=((0, 5),), topic="events")
+    assert plan_generation(current, 9) == Control(10, 2, ((0, 5),), "events")  # above the env's
+    assert plan_generation(current, 1, generation=12) == Control(12, 2, ((0, 5),), "events")
+    assert plan_generation(Control(generation=12), 1, generation=12) is None  # idempotent
+    with pytest.raises(ControlError, match="not above 3"):
+        plan_generation(current, 1, generation=3 - 1)
+
+
+def test_a_rebuild_can_name_its_generation() -> None:
+    reset = plan_reset(OFFSETS, Earliest(), group="g", topic="events")
+    changelog = [ChangelogPartition(0, 0, 12)]
+    planned = plan_rebuild(Control(generation=2), reset, changelog, 1, generation=9)
+    assert planned.next is not None and planned.next.generation == 9
+    with pytest.raises(ControlError):
+        plan_rebuild(Control(generation=2), reset, changelog, 1, generation=2)

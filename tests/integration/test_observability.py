@@ -1,0 +1,67 @@
+"""Metrics, probes and JSON logs of a live worker."""
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.generators.sessions import generate_session, write_session_jsonl
+from tests.integration.harness import Deployment, log_events, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
+    created = Deployment(kafka_bootstrap, redis_url, tmp_path)
+    yield created
+    created.stop_all()
+
+
+def _logs(directory: Path, sessions: int = 6) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(61)
+    paths = []
+    for i in range(sessions):
+        path = directory / f"m{i}.jsonl"
+        write_session_jsonl(path, f"m{i}", generate_session(rng, f"m{i}", rng.randint(50, 150)))
+        paths.append(path)
+    bad = directory / "bad.jsonl"
+    bad.write_text('{"type":"x","seq":"nope","time":1,"data":{}}\n')
+    return [*paths, bad]
+
+
+def test_counters_agree_with_the_redis_totals_and_the_probes_answer(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    paths = _logs(tmp_path / "logs")
+    total = sum(1 for _ in log_events(paths))
+    worker = deployment.start_worker(STREAM_LOG_FORMAT="json")
+    assert worker.probe("/livez") == 200
+    wait_until(lambda: worker.probe("/readyz") == 200, 60, "readiness")
+    deployment.stream("produce", *map(str, paths))
+    deployment.wait_accounted(total)
+    stats = deployment.stats()
+    assert stats["dead_lettered"] == 1
+    samples = worker.metrics()
+    for outcome, value in stats.items():
+        assert samples[f'stream_events_total{{outcome="{outcome}"}}'] == value, outcome
+    by_type = sum(v for k, v in samples.items() if k.startswith("stream_events_by_type_total"))
+    assert by_type == total - stats["dead_lettered"]
+    assert samples["stream_batches_total"] >= 1
+    assert samples["stream_assigned_partitions"] == deployment.partitions
+    assert samples["stream_generation"] == 1
+    assert samples["stream_redis_retrying"] == 0
+    assert samples["stream_ready"] == 1
+    assert samples["stream_fold_seconds_count"] == samples["stream_batches_total"]
+    assert samples["stream_produce_to_redis_seconds_count"] >= 1
+    wait_until(
+        lambda: worker.metrics().get("stream_rocksdb_bytes", 0) > 0, 30, "the state size gauge"
+    )
+    # JSON logs: every line of the worker's own output is one object.
+    lines = [line for line in worker.log().splitlines() if line.strip()]
+    parsed = [json.loads(line) for line in lines if line.startswith("{")]
+    assert parsed and all({"time", "level", "logger", "message"} <= set(p) for p in parsed)
+    assert any("Ready" in p["message"] for p in parsed)
