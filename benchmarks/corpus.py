@@ -3,7 +3,8 @@
 Shaped like real harness logs: every step re-logs the request envelope (a tool list of a
 few KB), streams its reply as packed chunk rows, reports usage as a chunk and again on
 the final message, and tool results carry most of the bytes. Compactions are metered
-with the exact shadow price, as current producers do.
+with the exact shadow price, as current producers do. Events and rows come from the
+event factory (``stream.contract.build``).
 
     python -m benchmarks.corpus OUT_DIR [--sessions N] [--turns T] [--seed S]
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from stream.contract import build
 from stream.contract.events import read_event
 from stream.projections.positional import Surface
 
@@ -71,38 +73,26 @@ def _tools(rng: random.Random, count: int) -> list[dict[str, Any]]:
 
 class _Writer:
     def __init__(self, session_id: str) -> None:
-        self.rows: list[bytes] = [orjson.dumps({"type": "session", "id": session_id})]
+        self.rows: list[bytes] = [orjson.dumps(build.session_header(session_id))]
         self.seq = 0
         self.time = 1_700_000_000_000
         self.surface = Surface()
 
-    def event(self, kind: str, data: dict[str, Any], op: Any = None) -> int:
-        event: dict[str, Any] = {"type": kind, "seq": self.seq, "time": self.time, "data": data}
-        if op is not None:
-            event["surfaceOp"] = op
+    def add(self, event: build.RawEvent) -> None:
         self.rows.append(orjson.dumps(event))
         self.surface.fold(read_event(event))
         self.seq += 1
         self.time += 7
-        return self.seq - 1
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self.add(build.event(kind, self.seq, data, time=self.time))
 
     def chunks(self, turn: int, step: int, texts: list[str]) -> None:
-        self.rows.append(
-            orjson.dumps(
-                {
-                    "type": "text-chunks",
-                    "seq0": self.seq,
-                    "time0": self.time,
-                    "data": {
-                        "turn": turn,
-                        "step": step,
-                        "index": 0,
-                        "dt": [3] * (len(texts) - 1),
-                        "texts": texts,
-                    },
-                }
-            )
+        dt = [3] * (len(texts) - 1)
+        row = build.chunk_row(
+            "text-chunks", self.seq, self.time, texts, turn=turn, step=step, dt=dt
         )
+        self.rows.append(orjson.dumps(row))
         self.seq += len(texts)
         self.time += 3 * len(texts)
 
@@ -114,101 +104,47 @@ def session(rng: random.Random, session_id: str, turns: int) -> bytes:
     pressure = 2000
     for turn in range(turns):
         w.event("turn/start", {"turn": turn})
-        w.event(
-            "user/message",
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": _text(rng, rng.randint(5, 80))}],
-                "source": "user",
-            },
-            "append",
-        )
+        prompt = build.texts(_text(rng, rng.randint(5, 80)))
+        w.add(build.user_message(w.seq, prompt, time=w.time))
         for step in range(rng.randint(1, 4)):
-            w.event(
-                "request/header",
-                {
-                    "header": {
-                        "config": {"model": "deepseek-chat"},
-                        "system": system,
-                        "tools": tools,
-                    }
-                },
-            )
-            w.event("request/context", {"contextWindow": 128000})
+            w.add(build.request_header(w.seq, system=system, tools=tools, time=w.time))
+            w.add(build.request_context(w.seq, 128000, time=w.time))
             w.event("step/start", {"turn": turn, "step": step})
             deltas = [_text(rng, rng.randint(1, 3)) + " " for _ in range(rng.randint(20, 200))]
             w.chunks(turn, step, deltas)
             pressure += rng.randint(200, 3000)
-            usage = {
-                "inputTokens": pressure // 10,
-                "outputTokens": len(deltas) * 2,
-                "cacheReadTokens": pressure - pressure // 10,
-            }
-            w.event(
-                "assistant/chunk",
-                {"turn": turn, "step": step, "chunk": {"type": "usage", "usage": usage}},
+            usage = build.usage(
+                pressure // 10, len(deltas) * 2, cache_read=pressure - pressure // 10
             )
-            content: list[dict[str, Any]] = [{"type": "text", "text": "".join(deltas)}]
-            content.append(
-                {
-                    "type": "tool-call",
-                    "id": f"c{turn}.{step}",
-                    "name": "tool_1",
-                    "arguments": orjson.dumps({"arg0": _text(rng, 8)}).decode(),
-                }
+            w.add(build.usage_chunk(w.seq, usage, turn=turn, step=step, time=w.time))
+            call_id = f"c{turn}.{step}"
+            arguments = orjson.dumps({"arg0": _text(rng, 8)}).decode()
+            content = [
+                build.text_block("".join(deltas)),
+                build.tool_call_block(call_id, "tool_1", arguments),
+            ]
+            w.add(
+                build.assistant_message(
+                    w.seq, content, usage=usage, turn=turn, step=step, time=w.time
+                )
             )
-            w.event(
-                "assistant/message",
-                {
-                    "turn": turn,
-                    "step": step,
-                    "message": {"role": "assistant", "content": content},
-                    "usage": usage,
-                },
-                "append",
-            )
-            w.event(
-                "tool/result",
-                {
-                    "message": {
-                        "role": "tool",
-                        "content": [
-                            {
-                                "type": "tool-result",
-                                "callId": f"c{turn}.{step}",
-                                "name": "tool_1",
-                                "content": [
-                                    {"type": "text", "text": _text(rng, rng.randint(50, 1500))}
-                                ],
-                            }
-                        ],
-                    }
-                },
-                "append",
-            )
+            output = build.texts(_text(rng, rng.randint(50, 1500)))
+            result = build.tool_result_block(call_id, output, name="tool_1")
+            w.add(build.tool_result(w.seq, [result], time=w.time))
             w.event("step/end", {"turn": turn, "step": step})
         w.event("turn/end", {"turn": turn})
         nodes = w.surface.nodes
         if len(nodes) > 12 and rng.random() < 0.25:  # metered compaction of an early span
             first, last = nodes[0], nodes[rng.randint(3, len(nodes) // 2)]
             shadowed = nodes[: nodes.index(last) + 1]
-            w.event(
-                "compaction/summary",
-                {
-                    "shadowedRange": {"start": first.seq, "end": last.seq},
-                    "shadowedTokenCount": sum(n.price for n in shadowed),
-                    "shadowedSeqs": [n.seq for n in shadowed],
-                },
+            tokens = sum(n.price for n in shadowed)
+            seqs = [n.seq for n in shadowed]
+            w.add(
+                build.metering(w.seq, first.seq, last.seq, tokens, shadowed_seqs=seqs, time=w.time)
             )
-            w.event(
-                "user/message",
-                {
-                    "role": "user",
-                    "content": [{"type": "text", "text": "Summary: " + _text(rng, 120)}],
-                    "source": "compaction",
-                },
-                {"op": "replace", "start": first.seq, "end": last.seq},
-            )
+            summary = build.texts("Summary: " + _text(rng, 120))
+            op = build.replace(first.seq, last.seq)
+            w.add(build.user_message(w.seq, summary, source="compaction", op=op, time=w.time))
             pressure //= 3
     return b"\n".join(w.rows) + b"\n"
 

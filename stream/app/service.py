@@ -21,6 +21,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from stream.app import transport
 from stream.app.current_event import bound
 from stream.config import Settings
 from stream.ops import metrics
@@ -46,6 +47,14 @@ def _credentials(settings: Settings) -> Any:
     if security.uses_ssl:
         return faust.SSLCredentials(security.ssl_context())
     return None
+
+
+def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
+    """Record headers as (name, value) pairs, whichever shape Faust hands them in."""
+    if not raw:
+        return []
+    items = raw.items() if isinstance(raw, dict) else raw
+    return [(str(name), value) for name, value in items]
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -101,6 +110,7 @@ class _Outbox:
 def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     partitions = partitions or settings.partitions
     CONTEXT_BREAKDOWN.max_prompts = settings.max_system_prompts
+    transport.use_uvloop()  # before the worker creates its event loops
     app = faust.App(
         settings.app_id,
         env={},  # our settings only: see the module docstring
@@ -124,7 +134,10 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         broker_max_poll_interval=settings.max_poll_interval,
         stream_wait_empty=True,
+        Monitor=transport.LeanMonitor,
     )
+    # The input topic's records reach the agent in bulk (stream.app.transport).
+    transport.install(app, [settings.input_topic])
     raw: dict[str, Any] = {
         "key_type": bytes,
         "value_type": bytes,
@@ -185,6 +198,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
                 e.message.partition,
                 e.message.offset,
                 e,
+                _headers(e.message.headers),
             )
             for e in events
         ]
@@ -217,7 +231,8 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
 
     @app.agent(source, concurrency=1)
     async def fold_sessions(stream: Any) -> None:
-        async for events in stream.take_events(settings.batch_max, within=settings.batch_within):
+        # Bulk batches (stream.app.transport.batches), acked once delivered.
+        async for events in transport.batches(stream, settings.batch_max, settings.batch_within):
             work = asyncio.ensure_future(handle(events))
             try:
                 await asyncio.shield(work)
@@ -228,9 +243,9 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
                     await asyncio.wait_for(work, 30)
                 except (PermanentRedisError, TimeoutError):
                     raise
-                for event in events:
-                    await stream.ack(event)
+                transport.ack(events)
                 raise
+            transport.ack(events)
 
     @app.task  # type: ignore[untyped-decorator]
     async def _watch_redis() -> None:

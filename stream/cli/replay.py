@@ -464,18 +464,30 @@ def run_lag(args: argparse.Namespace) -> int:
         if args.watch:
             return _watch(args, settings, admin)
         report = read_lag(settings, admin)
+        control = read_control(settings)
     except PlanError as error:
         print(f"stream lag: {error}", file=sys.stderr)
         return 2
     except BROKER_ERRORS as error:
         print(f"stream lag: {settings.bootstrap_servers}: {error}", file=sys.stderr)
         return 1
+    generation = control.worker_generation(settings.generation)
     if args.json:
-        print(orjson.dumps(report.as_json()).decode())
+        extra = {"generation": generation, "epoch": control.epoch}
+        print(orjson.dumps(report.as_json() | extra).decode())
         return 0
     out = stdout_console()
     out.print(lag_table(report))
     out.print(members_table(report.state))
+    out.print(
+        f"generation {generation}, state epoch {control.epoch}"
+        + (
+            f" (last written {control.written_at} by {control.written_by})"
+            if control.written_at
+            else ""
+        ),
+        highlight=False,
+    )
     return 0
 
 

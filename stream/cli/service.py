@@ -29,6 +29,13 @@ def register(commands: Any) -> None:
     )
     produce.add_argument("--rate", type=float, metavar="R", help="at most R events per second")
     produce.add_argument("--topic", help="override STREAM_INPUT_TOPIC")
+    produce.add_argument(
+        "--reset-generation",
+        type=int,
+        metavar="G",
+        help="start each session over under generation G first (G above any used before):"
+        " rebuilds sessions whose beginning fell out of the input topic's retention",
+    )
     produce.set_defaults(run=run_produce)
 
 
@@ -99,7 +106,12 @@ def run_produce(args: argparse.Namespace) -> int:
         print("stream produce: --segment must be at least 1", file=sys.stderr)
         return 2
     settings = Settings.from_env()
-    report = produce(settings, args.paths, args.segment, args.rate, args.topic)
+    if args.reset_generation is not None and args.reset_generation < 1:
+        print("stream produce: --reset-generation must be at least 1", file=sys.stderr)
+        return 2
+    report = produce(
+        settings, args.paths, args.segment, args.rate, args.topic, reset=args.reset_generation
+    )
     for line in report.skipped:
         print(f"stream produce: skipped {line}", file=sys.stderr)
     for error in report.errors:

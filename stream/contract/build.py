@@ -231,9 +231,12 @@ def tool_call_delta(
 # --- events -------------------------------------------------------------------------------------
 
 
-def user_message(seq: Json, content: Json, *, op: Opt = APPEND, time: Opt = T0) -> RawEvent:
-    """A ``user/message`` with :func:`user_data` (source ``"user"``)."""
-    return event("user/message", seq, user_data(content), op=op, time=time)
+def user_message(
+    seq: Json, content: Json, *, source: Opt = "user", op: Opt = APPEND, time: Opt = T0
+) -> RawEvent:
+    """A ``user/message`` (:func:`user_data`); a compaction summary has source
+    ``"compaction"``."""
+    return event("user/message", seq, user_data(content, source=source), op=op, time=time)
 
 
 def assistant_message(

@@ -17,6 +17,7 @@ from stream.config import Settings
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import read_logs
+from stream.session.batch import RESET_HEADER
 from stream.session.offline import BadLine
 
 
@@ -68,8 +69,13 @@ def produce(
     rate: float | None = None,
     topic: str | None = None,
     progress: Callable[[int], None] | None = None,
+    reset: int | None = None,
 ) -> ProduceReport:
-    """Produce the logs; ``progress(events)`` is called as events are handed over."""
+    """Produce the logs; ``progress(events)`` is called as events are handed over.
+
+    ``reset``: before each session's first event, a reset record (header
+    ``stream-reset: G``, no value) that starts the session over under generation G.
+    """
     report = ProduceReport()
 
     def delivered(error: Any, _message: Any) -> None:
@@ -81,19 +87,22 @@ def produce(
     client = producer(settings)
     target = topic or settings.input_topic
     started = time.monotonic()
-    for session_id, events in segments(paths, max(segment, 1), report.skipped):
-        value = dumps(events[0]) if segment <= 1 else dumps(events)
+
+    def send(key: bytes, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         while True:
             try:
-                client.produce(
-                    target,
-                    value=value,
-                    key=session_id.encode("utf-8", "surrogatepass"),
-                    on_delivery=delivered,
-                )
-                break
+                client.produce(target, value=value, key=key, headers=headers, on_delivery=delivered)
+                return
             except BufferError:  # local queue full: let deliveries drain
                 client.poll(0.1)
+
+    started_sessions: set[str] = set()
+    for session_id, events in segments(paths, max(segment, 1), report.skipped):
+        key = session_id.encode("utf-8", "surrogatepass")
+        if reset is not None and session_id not in started_sessions:
+            started_sessions.add(session_id)
+            send(key, None, [(RESET_HEADER, str(reset).encode())])
+        send(key, dumps(events[0]) if segment <= 1 else dumps(events), None)
         client.poll(0)
         report.messages += 1
         report.events += len(events)

@@ -117,7 +117,7 @@ class Publisher(Generic[M]):
         updates = [
             SessionUpdate(
                 c.session_id,
-                gen,
+                max(gen, c.gen),
                 c.update["seq"],
                 (c.tally.folded, c.tally.duplicate, c.tally.faulted),
                 orjson.dumps(c.update),
@@ -139,7 +139,9 @@ class Publisher(Generic[M]):
                 tally = (change.tally.folded, change.tally.duplicate, change.tally.faulted)
                 futures.append(
                     outbox.send_update(
-                        change.key, orjson.dumps(change.update), update_headers(gen, tally)
+                        change.key,
+                        orjson.dumps(change.update),
+                        update_headers(max(gen, change.gen), tally),
                     )
                 )
             for part in result.partitions:
@@ -275,7 +277,7 @@ class Publisher(Generic[M]):
             batch.append(
                 SessionUpdate(
                     session_id,
-                    gen,
+                    max(gen, record.gen),
                     body["seq"],
                     (t.folded, t.duplicate, t.faulted),
                     orjson.dumps(body),

@@ -12,7 +12,7 @@ dead-lettered with a reason, and an error nobody foresaw while folding one messa
 quarantines that message (dead-lettered with the exception) and the batch goes on.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
@@ -65,6 +65,19 @@ class Message(Generic[M]):
     partition: int
     offset: int
     handle: M
+    headers: Sequence[tuple[str, bytes | None]] = ()
+
+
+# A control record, not an event: "start this session over under generation G". Sent by
+# `stream produce --reset-generation G` before a session's complete log, so a session whose
+# beginning fell out of input retention is rebuilt exactly (contract: "Per-session
+# processing"). Idempotent: a reset at or below the session's generation is ignored.
+RESET_HEADER: Final = "stream-reset"
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    gen: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +145,7 @@ class SessionChange(Generic[M]):
     row: bytes
     update: dict[str, Any]
     tally: Tally  # the session's totals after the batch (published with the update)
+    gen: int = 0  # the session's own generation (after a reset), 0: the deployment's
 
 
 @dataclass(slots=True)
@@ -155,7 +169,7 @@ class BatchResult(Generic[M]):
     types: dict[str, int] = field(default_factory=dict)  # events by type (metrics)
 
 
-Item = Event | ChunkRun | DeadLetter
+Item = Event | ChunkRun | DeadLetter | Reset
 
 
 def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None, list[Item]]:
@@ -177,6 +191,9 @@ def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None
         )
 
     key = message.key or b""
+    for name, raw in message.headers:
+        if name == RESET_HEADER:
+            return _reset(key, raw, limits, dead)
     if len(key) > limits.key_bytes:
         return None, [dead(f"session key of {len(key):,} bytes exceeds {limits.key_bytes:,}")]
     try:
@@ -211,6 +228,19 @@ def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None
         except Unreadable as error:
             out.append(dead(str(error), _reencode(element, value), index))
     return session_id, out
+
+
+def _reset(
+    key: bytes, raw: bytes | None, limits: Limits, dead: Callable[..., DeadLetter]
+) -> tuple[str | None, list[Any]]:
+    try:
+        session_id = key.decode() if len(key) <= limits.key_bytes else ""
+        gen = int(raw or b"")
+    except (UnicodeDecodeError, ValueError):
+        return None, [dead(f"{RESET_HEADER} needs a session key and an integer generation")]
+    if not session_id or gen < 1:
+        return None, [dead(f"{RESET_HEADER} needs a session key and a generation >= 1")]
+    return session_id, [Reset(gen)]
 
 
 def _item(element: Any) -> Event | ChunkRun:
@@ -262,6 +292,9 @@ class _Batch(Generic[M]):
             return
         key = session_id.encode()
         first = next(item for item in items if type(item) is not DeadLetter)
+        if type(first) is Reset:
+            self.reset(message, key, first.gen)
+            return
         first_seq = first.seq0 if type(first) is ChunkRun else first.seq  # type: ignore[union-attr]
         record, _, _, folded = self.session(message.partition, key, message.handle, first_seq)
         fresh = message.offset > record.offset
@@ -283,6 +316,16 @@ class _Batch(Generic[M]):
                     tally.add(run)
         if fresh:
             record.offset = message.offset
+
+    def reset(self, message: Message[M], key: bytes, gen: int) -> None:
+        """Start the session over under generation ``gen`` (ignored at or below its own)."""
+        record, _, _, folded = self.session(message.partition, key, message.handle, 0)
+        folded.append(message)
+        if gen > record.gen:
+            fresh = SessionRecord.new()
+            fresh.gen, fresh.offset = gen, max(record.offset, message.offset)
+            record.slots, record.seen, record.tally = fresh.slots, fresh.seen, fresh.tally
+            record.gen, record.offset = fresh.gen, fresh.offset
 
     def dead_letters(self, message: Message[M], letters: list[DeadLetter]) -> None:
         if self.refolding:  # already sent and accounted the first time round
@@ -335,6 +378,7 @@ class _Batch(Generic[M]):
                     codec.encode(record),
                     update(session_id, record),
                     record.tally,
+                    record.gen,
                 )
             )
         for partition, (row, before_dead, handle) in self.partitions.items():

@@ -2,7 +2,7 @@
 
 Layout (row format 2)::
 
-    [2, seen, offset, [folded, duplicate, faulted],
+    [2, seen, offset, [folded, duplicate, faulted, gen],
      [key, stateVersion, cursor, fault|null, state, rebuilding], ...]
 
 A stored projection whose key or state version no longer matches the code is dropped on
@@ -43,7 +43,7 @@ def encode(record: SessionRecord) -> bytes:
             ROW_FORMAT,
             record.seen,
             record.offset,
-            record.tally.as_list(),
+            [*record.tally.as_list(), record.gen],
             *(
                 [
                     key,
@@ -76,15 +76,15 @@ def decode(row: bytes) -> SessionRecord:
 def _record(raw: Any) -> SessionRecord:
     if type(raw) is list and len(raw) >= 2 and raw[0] == 1:
         # Format 1 (before accounting moved into the row): no offset, no tally.
-        raw = [ROW_FORMAT, raw[1], -1, [0, 0, 0], *([*e, False] for e in raw[2:])]
+        raw = [ROW_FORMAT, raw[1], -1, [0, 0, 0, 0], *([*e, False] for e in raw[2:])]
     if type(raw) is not list or len(raw) < 4 or raw[0] != ROW_FORMAT:
         found = raw[0] if type(raw) is list and raw else type(raw).__name__
         raise RowError(f"unknown row format {str(found)[:40]}")
     _, seen, offset, tally, *entries = raw
     if type(seen) is not int or seen < -1 or type(offset) is not int or offset < -1:
         raise StateError("seen and offset must be integers >= -1")
-    if type(tally) is not list or len(tally) != 3 or any(type(n) is not int for n in tally):
-        raise StateError("tally must be three integers")
+    if type(tally) is not list or len(tally) != 4 or any(type(n) is not int for n in tally):
+        raise StateError("tally must be four integers (folded, duplicate, faulted, gen)")
     stored: dict[str, Slot] = {}
     for entry in entries:
         if type(entry) is not list or len(entry) < 2:
@@ -112,7 +112,7 @@ def _record(raw: Any) -> SessionRecord:
         if slot is None:  # new or version-bumped: waits for a replay from seq 0
             slot = Slot(projection, projection.init(), rebuilding=seen >= 0)
         slots[projection.key] = slot
-    return SessionRecord(slots, seen, Tally(*tally), offset)
+    return SessionRecord(slots, seen, Tally(*tally[:3]), offset, tally[3])
 
 
 def _fault(raw: Any, key: str) -> Fault | None:

@@ -99,6 +99,7 @@ class SessionRecord:
     seen: int = -1  # highest seq offered: the published seq
     tally: Tally = field(default_factory=Tally)
     offset: int = -1  # highest input offset applied (the worker's redelivery check)
+    gen: int = 0  # the session's own rebuild generation (a reset), 0: the deployment's
 
     @classmethod
     def new(cls) -> "SessionRecord":
@@ -220,16 +221,17 @@ def process_run(record: SessionRecord, seq0: int, count: int) -> Tally:
             tally.folded -= 1
         tally.faulted += 1
         seq0 += 1
-    # Events nobody applied, [seq0, start): each one as ``_account`` would see it alone.
-    if seq0 < start:
+    # Events nobody applied, [seq0, end): each one as ``_account`` would see it alone.
+    end = min(start, last + 1)
+    if seq0 < end:
         if not active:  # every projection waits for a rebuild replay: as ``_account``
-            news = max(0, start - max(seq0, seen + 1))
+            news = max(0, end - max(seq0, seen + 1))
             tally.folded += news
-            tally.duplicate += start - seq0 - news
-        elif start - 1 <= seen and all(f is None and start - 1 <= c for _, c, f in active):
-            tally.duplicate += start - seq0  # a redelivered run: the common case
+            tally.duplicate += end - seq0 - news
+        elif end - 1 <= seen and all(f is None and end - 1 <= c for _, c, f in active):
+            tally.duplicate += end - seq0  # a redelivered run: the common case
         else:
-            for seq in range(seq0, start):  # rare: a run over a faulted session
+            for seq in range(seq0, end):  # rare: a run over a faulted session
                 had = seq <= seen and all(
                     seq <= c or (slot.fault is not None and slot.fault.seq <= seq)
                     for slot, c, _ in active

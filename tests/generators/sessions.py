@@ -17,6 +17,12 @@ emit such number literals nor choose escapes per character. Number literals that
 JavaScript reprints differently appear only inside tool schemas and unknown content
 blocks, the only places the pricing reads them back through ``JSON.stringify``; token
 counts, seqs and ranges are always plain non-negative integers.
+
+Events, blocks and packed chunk rows are shaped by the event factory
+(``stream.contract.build``); what is here is the randomness, the producer's bookkeeping
+(surface nodes, independent prices) and the text writer. The block pricing stays an
+independent re-implementation of the contract, so the oracle does not check our pricing
+with itself.
 """
 
 from __future__ import annotations

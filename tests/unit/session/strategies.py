@@ -8,7 +8,8 @@ one kind of unmetered replacement: a rewrite of exactly one retained system prom
 which the contract prices exactly. So on every generated log ``contextBreakdown`` must
 equal the positional fold after every event.
 
-Logs are lists of raw event dicts (what ``read_event`` takes); seqs are contiguous from 0.
+Logs are lists of raw event dicts (what ``read_event`` takes), built by the event factory
+``stream.contract.build``; seqs are contiguous from 0.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from stream.contract import build
 from stream.contract.events import read_event
 from stream.projections.positional import Surface
 
@@ -46,27 +48,47 @@ counts = st.integers(min_value=0, max_value=200_000)
 
 @st.composite
 def usages(draw: st.DrawFn) -> dict[str, Any]:
-    out: dict[str, Any] = {"inputTokens": draw(counts), "outputTokens": draw(counts)}
-    for key in ("cacheReadTokens", "cacheWriteTokens", "reasoningTokens"):
-        if draw(st.booleans()):
-            out[key] = draw(st.one_of(counts, st.none()))
-    return out
+    input_tokens, output_tokens = draw(counts), draw(counts)
+    cache_read, cache_write, reasoning = (
+        draw(st.one_of(counts, st.none())) if draw(st.booleans()) else build.ABSENT
+        for _ in range(3)
+    )
+    return build.usage(
+        input_tokens,
+        output_tokens,
+        cache_read=cache_read,
+        cache_write=cache_write,
+        reasoning=reasoning,
+    )
 
 
 @st.composite
 def blocks(draw: st.DrawFn, tool_calls: bool = True) -> dict[str, Any]:
     kinds = ["text", "reasoning", "tool-call", "image"] if tool_calls else ["text", "image"]
     kind = draw(st.sampled_from(kinds))
-    if kind in ("text", "reasoning"):
-        return {"type": kind, "text": draw(texts)}
+    if kind == "text":
+        return build.text_block(draw(texts))
+    if kind == "reasoning":
+        return build.reasoning_block(draw(texts))
     if kind == "tool-call":
-        return {
-            "type": "tool-call",
-            "callId": draw(st.text(max_size=8)),
-            "name": draw(st.sampled_from(["bash", "read_file", "搜索", ""])),
-            "arguments": draw(texts),
-        }
+        return build.tool_call_block(
+            draw(st.text(max_size=8)),
+            draw(st.sampled_from(["bash", "read_file", "搜索", ""])),
+            draw(texts),
+        )
     return {"type": "image", "url": draw(texts), "n": draw(st.sampled_from([1.0, 1e21, -0.0]))}
+
+
+tool_lists = st.lists(
+    st.fixed_dictionaries(
+        {
+            "name": st.text(max_size=10),
+            "description": texts,
+            "parameters": st.just({"type": "object", "n": 1.0}),
+        }
+    ),
+    max_size=3,
+)
 
 
 def contents(tool_calls: bool = True, min_size: int = 1) -> st.SearchStrategy[list[Any]]:
@@ -86,16 +108,8 @@ class LogBuilder:
     def seq(self) -> int:
         return len(self.events)
 
-    def emit(self, kind: str, data: Any, op: Any = None, **extra: Any) -> None:
-        event: dict[str, Any] = {
-            "type": kind,
-            "seq": self.seq,
-            "time": 1_000 + self.seq,
-            "data": data,
-        }
-        if op is not None:
-            event["surfaceOp"] = op
-        event.update(extra)
+    def emit(self, kind: str, data: Any, op: Any = build.ABSENT, **extra: Any) -> None:
+        event = build.event(kind, self.seq, data, op=op, time=1_000 + self.seq, **extra)
         self.surface.fold(read_event(event))  # a producer bug would raise right here
         self.events.append(event)
 
@@ -104,25 +118,25 @@ class LogBuilder:
 
 
 def _op(draw: st.DrawFn, start: int, end: int) -> dict[str, Any]:
-    if draw(st.booleans()):
-        return {"op": "replace", "start": start, "end": end}  # format v0
-    return {"op": "replace", "startSeq": start, "endSeq": end}  # format v3
+    return build.replace(start, end, v3=not draw(st.booleans()))  # format v0 or v3
 
 
 @st.composite
 def surface_payload(draw: st.DrawFn, kind: str) -> Any:
     """``data`` for a non-system surface event of ``kind``."""
     if kind == "user/message":
-        return {"role": "user", "content": draw(contents()), "source": "cli"}
+        return build.user_data(draw(contents()), source="cli")
     if kind == "tool/result":
-        result = {"type": "tool-result", "callId": "c", "content": draw(contents(False, 0))}
-        return {"message": {"role": "tool", "content": [result]}}
-    data: dict[str, Any] = {"message": {"role": "assistant", "content": draw(contents())}}
+        return build.tool_result_data([build.tool_result_block("c", draw(contents(False, 0)))])
+    content = draw(contents())
     if draw(st.booleans()):
-        data.update(
-            usage=draw(usages()), turn=draw(st.integers(0, 3)), step=draw(st.integers(0, 3))
+        return build.assistant_data(
+            content,
+            usage=draw(usages()),
+            turn=draw(st.integers(0, 3)),
+            step=draw(st.integers(0, 3)),
         )
-    return data
+    return build.assistant_data(content)
 
 
 ACTIONS = [
@@ -157,51 +171,29 @@ def session_logs(draw: st.DrawFn, max_actions: int = 30, systems: bool = True) -
                 "assistant": "assistant/message",
                 "tool": "tool/result",
             }[action]
-            log.emit(kind, draw(surface_payload(kind)), "append")
+            log.emit(kind, draw(surface_payload(kind)), build.APPEND)
         elif action == "system":
             content = draw(st.lists(blocks(False), max_size=2))
-            log.emit(
-                "system/message", {"message": {"role": "system", "content": content}}, "append"
-            )
+            log.emit("system/message", build.system_data(content), build.APPEND)
         elif action == "header":
-            head: dict[str, Any] = {"config": {"model": "m"}}
-            if draw(st.booleans()):
-                head["system"] = draw(texts)
-            if draw(st.booleans()):
-                head["tools"] = draw(
-                    st.lists(
-                        st.fixed_dictionaries(
-                            {
-                                "name": st.text(max_size=10),
-                                "description": texts,
-                                "parameters": st.just({"type": "object", "n": 1.0}),
-                            }
-                        ),
-                        max_size=3,
-                    )
-                )
-            log.emit("request/header", {"header": head})
+            system = draw(texts) if draw(st.booleans()) else build.ABSENT
+            tools = draw(tool_lists) if draw(st.booleans()) else build.ABSENT
+            log.emit("request/header", build.header_data(system=system, tools=tools))
         elif action == "context":
             window = draw(st.one_of(st.none(), st.integers(1, 2_000_000)))
-            log.emit("request/context", {} if window is None else {"contextWindow": window})
+            log.emit(
+                "request/context", build.context_data(build.ABSENT if window is None else window)
+            )
         elif action == "usage_chunk":
             log.step += draw(st.sampled_from([0, 0, 1]))
-            chunk = {"type": "usage", "usage": draw(usages())}
-            log.emit("assistant/chunk", {"turn": log.turn, "step": log.step, "chunk": chunk})
+            chunk = build.usage_delta(draw(usages()))
+            log.emit("assistant/chunk", build.chunk_data(chunk, turn=log.turn, step=log.step))
         elif action == "text_chunk":
-            chunk = {"type": "text-delta", "index": 0, "text": draw(texts)}
-            log.emit("assistant/chunk", {"turn": log.turn, "step": log.step, "chunk": chunk})
+            chunk = build.text_delta(draw(texts))
+            log.emit("assistant/chunk", build.chunk_data(chunk, turn=log.turn, step=log.step))
         elif action == "usage_only":
-            log.emit(
-                "assistant/message",
-                {
-                    "message": {"role": "assistant", "content": []},
-                    "usage": draw(usages()),
-                    "turn": log.turn,
-                    "step": log.step,
-                },
-                "append",
-            )
+            data = build.assistant_data([], usage=draw(usages()), turn=log.turn, step=log.step)
+            log.emit("assistant/message", data, build.APPEND)
         elif action == "noop":
             kind = draw(st.sampled_from(["turn/start", "turn/end", "session/note", "x/y"]))
             extra = {"ignorable": True} if draw(st.booleans()) else {}
@@ -213,12 +205,14 @@ def session_logs(draw: st.DrawFn, max_actions: int = 30, systems: bool = True) -
             i = draw(st.integers(0, len(nodes) - 1))
             j = draw(st.integers(i, len(nodes) - 1))
             shadowed = nodes[i : j + 1]
-            data: dict[str, Any] = {
-                "shadowedRange": {"start": shadowed[0].seq, "end": shadowed[-1].seq},
-                "shadowedTokenCount": sum(n.price for n in shadowed),
-                "shadowedSeqs": [n.seq for n in shadowed],
-            }
-            op = _op(draw, shadowed[0].seq, shadowed[-1].seq)
+            first, last = shadowed[0].seq, shadowed[-1].seq
+            data = build.metering_data(
+                first,
+                last,
+                sum(n.price for n in shadowed),
+                shadowed_seqs=[n.seq for n in shadowed],
+            )
+            op = _op(draw, first, last)
             log.emit(draw(st.sampled_from(["compaction/summary", "compaction/prune"])), data)
             kind = draw(st.sampled_from(["user/message", "assistant/message", "tool/result"]))
             log.emit(kind, draw(surface_payload(kind)), op)
@@ -229,12 +223,12 @@ def session_logs(draw: st.DrawFn, max_actions: int = 30, systems: bool = True) -
             op = _op(draw, seq, seq)
             if draw(st.integers(0, 3)):
                 content = draw(st.lists(blocks(False), max_size=2))
-                log.emit("system/message", {"message": {"role": "system", "content": content}}, op)
+                log.emit("system/message", build.system_data(content), op)
             else:  # any other replacement removes it
                 kind = draw(st.sampled_from(["user/message", "tool/result"]))
                 log.emit(kind, draw(surface_payload(kind)), op)
     if not log.events:  # every drawn action needed a surface that was not there yet
-        log.emit("user/message", draw(surface_payload("user/message")), "append")
+        log.emit("user/message", draw(surface_payload("user/message")), build.APPEND)
     return log.events
 
 
@@ -248,8 +242,7 @@ def is_unmetered_replace(log: list[Any], index: int) -> bool:
 @st.composite
 def bad_events(draw: st.DrawFn, seq: int) -> list[Any]:
     """Events, from ``seq`` on, whose last one breaks the contract for some projection."""
-    base = {"seq": seq, "time": 5}
-    user = {"role": "user", "content": [{"type": "text", "text": "abcd"}]}
+    user = build.user_data(build.texts("abcd"), source=build.ABSENT)
     choice = draw(
         st.sampled_from(
             [
@@ -273,95 +266,58 @@ def bad_events(draw: st.DrawFn, seq: int) -> list[Any]:
             ]
         )
     )
+
+    def event(kind: str, data: Any, op: Any = build.ABSENT, at: int = seq) -> dict[str, Any]:
+        return build.event(kind, at, data, op=op, time=5)
+
     if choice == "gap":
-        return [
-            {
-                **base,
-                "seq": seq + draw(st.integers(1, 5)),
-                "type": "user/message",
-                "data": user,
-                "surfaceOp": "append",
-            }
-        ]
+        return [event("user/message", user, build.APPEND, seq + draw(st.integers(1, 5)))]
     if choice in ("usage_null", "usage_negative", "count_float", "count_bool"):
         bad = {
             "usage_null": None,
-            "usage_negative": {"inputTokens": -1, "outputTokens": 0},
-            "count_float": {"inputTokens": 1.5, "outputTokens": 0},
-            "count_bool": {"inputTokens": 1, "outputTokens": True},
+            "usage_negative": build.usage(-1, 0),
+            "count_float": build.usage(1.5, 0),
+            "count_bool": build.usage(1, True),
         }[choice]
-        return [
-            {
-                **base,
-                "type": "assistant/chunk",
-                "data": {"turn": 0, "step": 0, "chunk": {"type": "usage", "usage": bad}},
-            }
-        ]
+        return [build.usage_chunk(seq, bad, time=5)]
     if choice == "window_zero":
         window = draw(st.sampled_from([0, -1, -100]))
-        return [{**base, "type": "request/context", "data": {"contextWindow": window}}]
+        return [build.request_context(seq, window, time=5)]
     if choice == "no_surface_op":
         kind = draw(
             st.sampled_from(["user/message", "assistant/message", "tool/result", "system/message"])
         )
-        return [{**base, "type": kind, "data": {"message": user, **user}}]
+        return [event(kind, {"message": user, **user})]
     if choice == "surface_op_on_other":
         kind = draw(st.sampled_from(["request/header", "assistant/chunk", "x/unknown"]))
-        return [{**base, "type": kind, "data": {}, "surfaceOp": "append"}]
+        return [event(kind, {}, build.APPEND)]
     if choice == "replace_extra_key":
-        op = {"op": "replace", "start": 0, "end": 0, "extra": 1}
-        return [{**base, "type": "user/message", "data": user, "surfaceOp": op}]
+        return [event("user/message", user, {**build.replace(0, 0), "extra": 1})]
     if choice == "replace_missing_key":
-        op = {"op": "replace", "startSeq": 0}
-        return [{**base, "type": "user/message", "data": user, "surfaceOp": op}]
+        return [event("user/message", user, {"op": "replace", "startSeq": 0})]
     if choice == "content_not_list":
-        return [
-            {**base, "type": "user/message", "data": {"content": "abcd"}, "surfaceOp": "append"}
-        ]
+        return [event("user/message", {"content": "abcd"}, build.APPEND)]
     if choice == "text_not_string":
         block = draw(
             st.sampled_from(
                 [
-                    {"type": "text", "text": 5},
+                    build.text_block(5),
                     {"type": "tool-call", "name": None, "arguments": ""},
                     {"type": "tool-call", "name": "x", "arguments": {}},
                 ]
             )
         )
-        return [
-            {**base, "type": "user/message", "data": {"content": [block]}, "surfaceOp": "append"}
-        ]
+        return [event("user/message", {"content": [block]}, build.APPEND)]
     if choice == "data_not_object":
-        return [
-            {
-                **base,
-                "type": "user/message",
-                "data": draw(st.sampled_from([None, [], "x"])),
-                "surfaceOp": "append",
-            }
-        ]
-    meter = {"shadowedRange": {"start": 0, "end": 0}, "shadowedTokenCount": 3}
+        return [event("user/message", draw(st.sampled_from([None, [], "x"])), build.APPEND)]
     if choice == "seqs_not_array":
-        return [{**base, "type": "compaction/prune", "data": {**meter, "shadowedSeqs": "0"}}]
+        return [build.metering(seq, 0, 0, 3, shadowed_seqs="0", type="compaction/prune", time=5)]
     if choice == "negative_count":
-        return [{**base, "type": "compaction/summary", "data": {**meter, "shadowedTokenCount": -3}}]
+        return [build.metering(seq, 0, 0, -3, time=5)]
     if choice == "claim_mismatch":
         return [
-            {**base, "type": "compaction/summary", "data": {**meter, "shadowedSeqs": [0]}},
-            {
-                **base,
-                "seq": seq + 1,
-                "type": "user/message",
-                "data": user,
-                "surfaceOp": {"op": "replace", "start": 0, "end": 10_000},
-            },
+            build.metering(seq, 0, 0, 3, shadowed_seqs=[0], time=5),
+            event("user/message", user, build.replace(0, 10_000), seq + 1),
         ]
     # system_over_other: an unmetered system/message over something not a retained prompt
-    return [
-        {
-            **base,
-            "type": "system/message",
-            "data": {"message": user},
-            "surfaceOp": {"op": "replace", "start": 10_000, "end": 10_000},
-        }
-    ]
+    return [event("system/message", {"message": user}, build.replace(10_000, 10_000))]

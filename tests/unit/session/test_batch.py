@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stream.contract import build
 from stream.contract.jsontext import dumps
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, Limits, Message, decode, fold_batch
@@ -18,13 +19,7 @@ def msg(value: Any, key: bytes | None = b"s1", offset: int = 0) -> Message[int]:
 
 
 def user(seq: int, text: str = "abcd") -> dict[str, Any]:
-    return {
-        "type": "user/message",
-        "seq": seq,
-        "time": seq,
-        "surfaceOp": "append",
-        "data": {"role": "user", "content": [{"type": "text", "text": text}]},
-    }
+    return build.user_message(seq, build.texts(text), time=seq)
 
 
 DEFAULT_LIMITS = Limits()
@@ -130,12 +125,7 @@ def test_decode_reads_a_single_event_and_a_segment() -> None:
 
 
 def test_packed_chunk_rows_are_taken_as_the_events_they_hold() -> None:
-    row = {
-        "type": "text-chunks",
-        "seq0": 1,
-        "time0": 5,
-        "data": {"turn": 0, "step": 0, "index": 0, "dt": [1, 1], "texts": ["a", "b", "c"]},
-    }
+    row = build.chunk_row("text-chunks", 1, 5, ["a", "b", "c"], dt=[1, 1])
     result = fold([msg(user(0)), msg(row, offset=1), msg([user(4)], offset=2)])
     assert result.counts.folded == 5 and result.counts.total == 5
     assert result.sessions[0].update["seq"] == 4
@@ -295,3 +285,31 @@ def test_stored_rows_that_do_not_fit_the_schema_become_a_row_fault() -> None:
         assert "stored row unreadable" in str(result.sessions[0].update["faults"])
     clean = fold([msg(user(0))], {b"s1": b"[1]"})
     assert "faults" not in clean.sessions[0].update  # from seq 0 it simply starts over
+
+
+def reset(gen: int, key: bytes = b"s1", offset: int = 0) -> Message[int]:
+    return Message(key, None, "events", 3, offset, offset, [("stream-reset", str(gen).encode())])
+
+
+def test_a_reset_starts_the_session_over_under_its_generation() -> None:
+    store: dict[bytes, bytes] = {}
+    fold([msg(user(5), offset=0)], store)  # the beginning fell out of retention: a gap
+    assert codec.decode(store[b"s1"]).slots["tokenUsage"].fault is not None
+    result = fold([reset(2, offset=1), *(msg(user(i), offset=2 + i) for i in range(7))], store)
+    (change,) = result.sessions
+    assert change.gen == 2 and "faults" not in change.update and change.update["seq"] == 6
+    assert change.tally.as_list() == [7, 0, 0]  # counted afresh: the state holds 0..6 now
+    # A replay of the same records changes nothing: the reset is at the session's generation.
+    again = fold([reset(2, offset=1), msg(user(6), offset=8)], store)
+    assert again.sessions[0].update == change.update
+    assert codec.decode(store[b"s1"]).gen == 2
+
+
+def test_a_reset_needs_a_key_and_a_generation() -> None:
+    for message in (
+        reset(0),
+        reset(2, key=b""),
+        Message(b"s", None, "e", 0, 0, 0, [("stream-reset", b"x")]),
+    ):
+        (letter,) = fold([message]).dead_letters
+        assert "stream-reset needs" in letter.reason

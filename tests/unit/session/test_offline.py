@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream.cli import main
+from stream.contract import build
 from stream.contract.events import read_event
 from stream.logs.reader import open_log
 from stream.session.batch import Message, fold_batch
@@ -18,8 +19,7 @@ from ..builders import raw, user
 
 
 def user_raw(seq: int) -> dict[str, Any]:
-    data = {"role": "user", "content": [{"type": "text", "text": "ab"}]}
-    return raw("user/message", seq, data, surfaceOp="append")
+    return build.user_message(seq, build.texts("ab"))
 
 
 def test_a_log_ending_in_a_duplicate_publishes_the_highest_seq_seen(
@@ -56,7 +56,7 @@ def test_unreadable_lines_are_reported_with_their_real_line_number(
     assert [b.line for b in bad] == [3, 4] and all(isinstance(b, BadLine) for b in bad)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(
     st.lists(st.integers(0, 12), max_size=8),
     st.integers(0, 14),

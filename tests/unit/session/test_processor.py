@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
+from stream.contract import build
 from stream.contract.events import read_event
 from stream.contract.storage import expand
 from stream.session import codec, processor
@@ -320,12 +321,7 @@ def test_passive_and_full_paths_agree() -> None:
 
 # --- packed chunk runs ------------------------------------------------------------------------
 
-ROW = {
-    "type": "text-chunks",
-    "seq0": 8,
-    "time0": 0,
-    "data": {"turn": 0, "step": 0, "index": 0, "dt": [1, 1, 1], "texts": ["a", "b", "c", "d"]},
-}
+ROW = build.chunk_row("text-chunks", 8, 0, ["a", "b", "c", "d"], dt=[1, 1, 1])
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stream.contract import build
 from stream.contract.events import read_event
 from stream.projections.positional import Surface
 from stream.session import codec
@@ -142,15 +143,7 @@ def test_replaying_applied_events_changes_nothing(log: list[Any], data: Any) -> 
 
 
 def _user(seq: int, text: str) -> Any:
-    return read_event(
-        {
-            "type": "user/message",
-            "seq": seq,
-            "time": seq,
-            "surfaceOp": "append",
-            "data": {"role": "user", "content": [{"type": "text", "text": text}]},
-        }
-    )
+    return read_event(build.user_message(seq, build.texts(text), time=seq))
 
 
 @settings(max_examples=10, deadline=None)

@@ -1,0 +1,288 @@
+"""What the service benchmarks share: a broker and Redis, workers, counters, corpora."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from benchmarks.corpus import write_corpus
+from stream.contract.jsontext import dumps
+from stream.ops.produce import segments
+
+REPO = Path(__file__).resolve().parents[1]
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _script(*args: str) -> str:
+    done = subprocess.run(["bash", *args], cwd=REPO, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@dataclass
+class Infra:
+    bootstrap: str
+    redis_url: str
+
+    def redis(self) -> "redis.Redis":
+        return redis.Redis.from_url(self.redis_url)
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        self.admin().create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+    def end_offsets(self, topic: str) -> int:
+        """Sum of the topic's high watermarks (0 if it does not exist)."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-watermarks"})
+        try:
+            metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if metadata is None or metadata.error is not None:
+                return 0
+            return sum(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in metadata.partitions
+            )
+        finally:
+            consumer.close()
+
+    def redis_counters(self) -> dict[str, int]:
+        """Commands Redis executed (scripts' inner calls included), and EVALSHA calls."""
+        client = self.redis()
+        info = client.info("commandstats")
+        calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
+        stats = client.info("stats")
+        return {
+            "commands": int(stats["total_commands_processed"]),
+            "evalsha": calls.get("evalsha", 0) + calls.get("eval", 0),
+            "publish": calls.get("publish", 0),
+            "all_calls": sum(calls.values()),
+        }
+
+
+@contextmanager
+def infrastructure(work: Path) -> Iterator[Infra]:
+    """A private broker and Redis (deploy/*.sh), unless KAFKA_BOOTSTRAP_SERVERS and
+    REDIS_URL name running ones."""
+    bootstrap, redis_url = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), os.environ.get("REDIS_URL")
+    stops: list[tuple[str, ...]] = []
+    try:
+        if not bootstrap or not redis_url:
+            bootstrap = _script(
+                "deploy/kafka.sh",
+                "start",
+                "--port",
+                str(free_port()),
+                "--controller-port",
+                str(free_port()),
+                "--data-dir",
+                str(work / "kafka"),
+            )
+            stops.append(("deploy/kafka.sh", "stop", "--data-dir", str(work / "kafka")))
+            redis_url = _script(
+                "deploy/redis.sh", "start", "--port", str(free_port()), "--dir", str(work / "redis")
+            )
+            stops.append(("deploy/redis.sh", "stop", "--dir", str(work / "redis")))
+        yield Infra(bootstrap, redis_url)
+    finally:
+        for stop in stops:
+            subprocess.run(["bash", *stop], cwd=REPO, capture_output=True)
+
+
+@dataclass
+class Scenario:
+    """One isolated service instance: app id, topics, Redis prefix."""
+
+    infra: Infra
+    work: Path
+    partitions: int = 6
+    input_topic: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+    name: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:8]}")
+
+    def __post_init__(self) -> None:
+        self.input_topic = self.input_topic or f"{self.name}.events"
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.name}:"
+
+    @property
+    def output_topic(self) -> str:
+        return f"{self.name}.context"
+
+    @property
+    def changelog_topic(self) -> str:
+        return f"{self.name}-sessions-changelog"
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            KAFKA_BOOTSTRAP_SERVERS=self.infra.bootstrap,
+            REDIS_URL=self.infra.redis_url,
+            STREAM_APP_ID=self.name,
+            STREAM_INPUT_TOPIC=self.input_topic,
+            STREAM_OUTPUT_TOPIC=self.output_topic,
+            STREAM_DLQ_TOPIC=f"{self.name}.dlq",
+            STREAM_PARTITIONS=str(self.partitions),
+            REDIS_KEY_PREFIX=self.prefix,
+            STREAM_WEB_ENABLED="0",
+        )
+        env.update(self.extra)
+        env.update(overrides)
+        return env
+
+    def accounted(self) -> int:
+        raw = self.infra.redis().hgetall(f"{self.prefix}stats")
+        return sum(int(v) for v in raw.values())
+
+    def wait_accounted(self, total: int, timeout: float) -> float:
+        """Seconds until Redis accounts for ``total`` events; raises on timeout."""
+        began = time.monotonic()
+        while self.accounted() < total:
+            if time.monotonic() - began > timeout:
+                raise TimeoutError(f"{self.accounted()} of {total} events accounted")
+            time.sleep(0.05)
+        return time.monotonic() - began
+
+
+@dataclass
+class WorkerProcess:
+    scenario: Scenario
+    tag: str
+    probe: bool = False
+    process: subprocess.Popen[bytes] | None = None
+    metrics_port: int = field(default_factory=free_port)
+
+    @property
+    def log_path(self) -> Path:
+        return self.scenario.work / f"{self.scenario.name}-{self.tag}.log"
+
+    @property
+    def probe_path(self) -> Path:
+        return self.scenario.work / f"{self.scenario.name}-{self.tag}.requests.json"
+
+    def start(self, timeout: float = 180, **env: str) -> None:
+        command = [sys.executable, "-m", "benchmarks.probe" if self.probe else "stream"]
+        if not self.probe:
+            command.append("worker")
+        environment = self.scenario.env(
+            STREAM_STATE_DIR=str(self.scenario.work / f"state-{self.scenario.name}-{self.tag}"),
+            STREAM_WORKER_ID=self.tag,
+            STREAM_METRICS_PORT=str(self.metrics_port),
+            STREAM_METRICS_BIND="127.0.0.1",
+            BENCH_PROBE_FILE=str(self.probe_path),
+            **env,
+        )
+        output: IO[bytes] = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command, env=environment, cwd=REPO, stdout=output, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + timeout
+        while "Worker]: Ready" not in self.log_path.read_text(errors="replace"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(self.log_path.read_text(errors="replace")[-3000:])
+            time.sleep(0.1)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the worker process, all its threads."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+    def requests(self) -> dict[str, int]:
+        try:
+            counts: dict[str, int] = orjson.loads(self.probe_path.read_bytes())
+            return counts
+        except (OSError, orjson.JSONDecodeError):
+            return {}
+
+    def metric(self, name: str) -> float:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+            ) as page:
+                for line in page.read().decode().splitlines():
+                    if line.startswith(name + " "):
+                        return float(line.rsplit(" ", 1)[1])
+        except OSError:
+            pass
+        return 0.0
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def corpus_sessions(work: Path, sessions: int, turns: int, seed: int = 7) -> dict[str, list[Any]]:
+    """The benchmark corpus as raw events per session, in log order (packed rows expanded)."""
+    paths = write_corpus(work, sessions, turns, seed)
+    found: dict[str, list[Any]] = {}
+    for session_id, events in segments([str(p) for p in paths], 1):
+        found.setdefault(session_id, []).extend(events)
+    return found
+
+
+def produce_backlog(
+    infra: Infra, topic: str, sessions: dict[str, list[Any]], segment: int
+) -> tuple[int, int]:
+    """Every session's events in order, ``segment`` per message, sessions interleaved
+    message by message. Returns (messages, events)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": infra.bootstrap,
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    chunks = {
+        sid.encode(): [events[i : i + segment] for i in range(0, len(events), segment)]
+        for sid, events in sessions.items()
+    }
+    messages = events_count = 0
+    depth = max(len(c) for c in chunks.values())
+    for i in range(depth):
+        for key, parts in chunks.items():
+            if i >= len(parts):
+                continue
+            part = parts[i]
+            value = dumps(part[0]) if segment == 1 else dumps(part)
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            messages += 1
+            events_count += len(part)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("backlog not delivered")
+    return messages, events_count

@@ -1,0 +1,241 @@
+"""Live latency: sessions paced at a fixed rate, every update timed from its event's produce.
+
+The load: ``sessions`` concurrent sessions, one event per message, round-robin (message k
+goes to session k mod S, its next event), paced at ``rate`` messages/s for ``seconds``.
+Each produce call's wall time is kept per (session, seq). A separate process subscribed
+to every session channel (``PSUBSCRIBE {prefix}session:*``, raw RESP so it stays cheap)
+stamps each update on arrival; an update's latency is its arrival minus the produce time
+of the event whose ``seq`` it carries: produce to Redis, broker and worker included.
+
+    python -m benchmarks.live subscribe REDIS_URL PATTERN OUT   # the subscriber process
+"""
+
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from confluent_kafka import Producer
+
+from benchmarks.infra import REPO
+from stream.contract.jsontext import dumps
+
+SEQ = re.compile(rb'"seq":(\d+)')
+
+
+# --- the subscriber process -----------------------------------------------------------------
+
+
+def subscribe(url: str, pattern: str, out: Path) -> None:
+    """Write ``<session> <seq> <arrival>`` per update to ``out`` until SIGTERM."""
+    parsed = urlparse(url)
+    sock = socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379))
+    raw = pattern.encode()
+    sock.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(raw), raw))
+    head = len(pattern) - 1  # channel = prefix + session id; the pattern ends in '*'
+    sink = out.open("wb", buffering=1 << 16)
+    stopping = False
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    sock.settimeout(0.2)
+    buffer = b""
+    last_flush = time.monotonic()
+    while not stopping:
+        try:
+            chunk = sock.recv(1 << 20)
+        except TimeoutError:
+            chunk = b""
+        now = time.time()
+        if chunk:
+            buffer += chunk
+            buffer = _parse(buffer, head, now, sink)
+        if time.monotonic() - last_flush > 0.2:
+            sink.flush()
+            last_flush = time.monotonic()
+    sink.close()
+
+
+def _parse(buffer: bytes, head: int, now: float, sink: Any) -> bytes:
+    """Consume complete ``pmessage`` frames from ``buffer``; return the rest."""
+    pos = 0
+    size = len(buffer)
+    while pos < size:
+        if buffer[pos : pos + 1] != b"*":
+            line_end = buffer.find(b"\r\n", pos)
+            if line_end < 0:
+                break
+            pos = line_end + 2
+            continue
+        line_end = buffer.find(b"\r\n", pos)
+        if line_end < 0:
+            break
+        count = int(buffer[pos + 1 : line_end])
+        cursor = line_end + 2
+        parts: list[bytes] = []
+        complete = True
+        for _ in range(count):
+            end = buffer.find(b"\r\n", cursor)
+            if end < 0:
+                complete = False
+                break
+            if buffer[cursor : cursor + 1] == b":":
+                parts.append(buffer[cursor + 1 : end])
+                cursor = end + 2
+                continue
+            length = int(buffer[cursor + 1 : end])
+            start = end + 2
+            if start + length + 2 > size:
+                complete = False
+                break
+            parts.append(buffer[start : start + length])
+            cursor = start + length + 2
+        if not complete:
+            break
+        pos = cursor
+        if len(parts) == 4 and parts[0] == b"pmessage":
+            found = SEQ.search(parts[3])
+            if found:
+                sink.write(b"%s %s %.6f\n" % (parts[2][head:], found.group(1), now))
+    return buffer[pos:]
+
+
+@dataclass
+class Subscriber:
+    redis_url: str
+    pattern: str
+    out: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.live", "subscribe", self.redis_url, self.pattern]
+            + [str(self.out)],
+            cwd=REPO,
+            env=dict(os.environ),
+        )
+        time.sleep(0.5)
+
+    def arrivals(self) -> list[tuple[bytes, int, float]]:
+        found = []
+        try:
+            text = self.out.read_bytes()
+        except OSError:
+            return []
+        for line in text.splitlines():
+            parts = line.split(b" ")
+            if len(parts) == 3:
+                found.append((parts[0], int(parts[1]), float(parts[2])))
+        return found
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+# --- the load ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """Round-robin over sessions, each replaying its corpus events in order."""
+
+    bootstrap: str
+    topic: str
+    sessions: list[tuple[bytes, list[Any]]]  # (key, raw events)
+    linger_ms: float = 1.0
+    cursor: list[int] = field(default_factory=list)
+    produced_at: dict[tuple[bytes, int], float] = field(default_factory=dict)
+    next_session: int = 0
+    total: int = 0
+
+    def __post_init__(self) -> None:
+        self.cursor = [0] * len(self.sessions)
+        self.producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "partitioner": "murmur2_random",
+                "enable.idempotence": True,
+                "linger.ms": self.linger_ms,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+        # Encoded ahead of time: the pacing loop only produces.
+        self.encoded = [[(dumps(e), int(e["seq"])) for e in events] for _, events in self.sessions]
+
+    def run(self, rate: float, seconds: float) -> tuple[int, float]:
+        """Produce at ``rate`` messages/s for ``seconds``; returns (messages, seconds taken)."""
+        produce = self.producer.produce
+        poll = self.producer.poll
+        topic = self.topic
+        keys = [key for key, _ in self.sessions]
+        count = len(self.sessions)
+        wanted = int(rate * seconds)
+        sent = 0
+        began = time.perf_counter()
+        while sent < wanted:
+            due = min(wanted, int((time.perf_counter() - began) * rate) + 1)
+            while sent < due:
+                i = self.next_session
+                self.next_session = (i + 1) % count
+                c = self.cursor[i]
+                if c >= len(self.encoded[i]):
+                    raise RuntimeError("corpus exhausted: more turns per session needed")
+                value, seq = self.encoded[i][c]
+                self.cursor[i] = c + 1
+                self.produced_at[(keys[i], seq)] = time.time()
+                produce(topic, key=keys[i], value=value)
+                sent += 1
+            poll(0)
+            ahead = sent / rate - (time.perf_counter() - began)
+            if ahead > 0:
+                time.sleep(min(ahead, 0.002))
+        self.producer.flush(30)
+        self.total += sent
+        return sent, time.perf_counter() - began
+
+
+def latencies(
+    arrivals: list[tuple[bytes, int, float]], produced_at: dict[tuple[bytes, int], float]
+) -> list[float]:
+    out = []
+    for key, seq, at in arrivals:
+        sent = produced_at.get((key, seq))
+        if sent is not None:
+            out.append(at - sent)
+    return out
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "n": 0}
+    ordered = sorted(values)
+    return {
+        "p50": statistics.median(ordered),
+        "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "max": ordered[-1],
+        "n": len(ordered),
+    }
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "subscribe":
+        subscribe(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+        return
+    raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Faust's consumer path, in bulk: what the worker runs instead of the per-message path.
+
+Written against faust-streaming 0.15.3 (pinned in pyproject.toml); it overrides one
+method of the aiokafka driver's consumer and reads a few private attributes, listed in
+docs/notes/010-bulk-consumer-path.md with what would make it upstreamable.
+
+Stock Faust hands every fetched record on one at a time: ``Consumer._drain_messages``
+wraps each in ``wait_first`` (four tasks per record), the conductor takes a lock and
+decodes it through the serializer registry, and the stream iterator sleeps, runs sensors
+and acks per event. At a few thousand records per second that path, not the fold, is
+the worker's CPU (docs/performance.md). Three levers take it out, keeping what Faust
+guarantees:
+
+- ``BulkConsumer``: for the topics named in ``bulk_topics`` (the agent's input), every
+  record of one fetch is checked against the read offset exactly as Faust does (gaps,
+  ``commit_every``), turned into an event once (raw bytes need no decoding) and put on
+  the subscribing channels' queues in one pass. The queues are Faust's own: bounded, the
+  partition paused at high pressure, and cleared by flow control on a rebalance. A full
+  queue waits — for room or for the rebalance that suspends the flow, as Faust's
+  ``wait_first`` does. Records of any other topic take Faust's path unchanged.
+- ``batches``: the agent drains its channel's queue in bulk instead of iterating the
+  stream: up to ``max_`` events, whatever has arrived when the agent is free (the batch
+  grows with the load by itself). Events of an older consumer generation, or taken while
+  flow control is suspended, are dropped unacked (they are fetched again from the
+  committed offset). Each taken message is tracked (``Consumer.track_message``) before
+  the batch is handed out, so ``stream_wait_empty`` still waits for it at a rebalance or
+  shutdown; the caller acks with ``ack`` after the batch is delivered. Offsets, commits
+  and the producer flush before a commit stay Faust's.
+- ``LeanMonitor``: the monitor's per-message and per-send bookkeeping (dicts, deques,
+  clock reads) turned off; lag, commits, rebalances and the slow-stream check stay.
+
+``use_uvloop`` installs uvloop's event loop policy (the worker's loop and the consumer
+thread's both take it).
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from faust.sensors.monitor import Monitor
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger("stream.transport")
+
+FAUST_VERSION = "0.15.3"  # what BulkConsumer overrides and reads was written against
+
+
+def use_uvloop() -> bool:
+    """uvloop's event loop policy for loops created from now on; False if unavailable."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a dependency of the worker (faust[uvloop])
+        return False
+    if not isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy):
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+class LeanMonitor(Monitor):
+    """Faust's monitor without its per-message and per-send bookkeeping.
+
+    Kept: end offsets (lag), commits, rebalances, assignment, and ``stream_inbound_time``
+    (the consumer's slow-stream check reads it; ``batches`` stamps it once per batch).
+    """
+
+    def on_message_in(self, tp: Any, offset: int, message: Any) -> None:
+        pass
+
+    def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> None:
+        self.stream_inbound_time[tp] = time.monotonic()
+
+    def on_stream_event_out(
+        self, tp: Any, offset: int, stream: Any, event: Any, state: Any = None
+    ) -> None:
+        pass
+
+    def on_message_out(self, tp: Any, offset: int, message: Any) -> None:
+        pass
+
+    def on_table_get(self, table: Any, key: Any) -> None:
+        pass
+
+    def on_table_set(self, table: Any, key: Any, value: Any) -> None:
+        pass
+
+    def on_send_initiated(
+        self, producer: Any, topic: str, message: Any, keysize: int, valsize: int
+    ) -> Any:
+        return None
+
+    def on_send_completed(self, producer: Any, state: Any, metadata: Any) -> None:
+        pass
+
+    def on_send_error(self, producer: Any, exc: BaseException, state: Any) -> None:
+        pass
+
+
+def _is_raw(channel: Any) -> bool:
+    """Whether Faust would hand this channel the record's key and value bytes unchanged."""
+    schema = getattr(channel, "schema", None)
+    if schema is None:
+        return False
+    return (
+        schema.key_type is bytes
+        and schema.value_type is bytes
+        and schema.key_serializer in ("raw", None)
+        and schema.value_serializer in ("raw", None)
+    )
+
+
+class BulkConsumer(faust_aiokafka.Consumer):
+    """The aiokafka driver's consumer, handing records of the transport's ``bulk_topics``
+    over in bulk."""
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - broker
+        # Faust's loop (Consumer._drain_messages, 0.15.3) with the per-record hand-over
+        # of bulk topics replaced by ``_hand_over`` once per fetch.
+        callback = self.callback
+        getmany = self.getmany
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        get_read_offset = self._read_offset.__getitem__
+        set_read_offset = self._read_offset.__setitem__
+        set_flag = self.diag.set_flag
+        unset_flag = self.diag.unset_flag
+        commit_every = self._commit_every
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        bulk_topics: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                set_flag(CONSUMER_FETCHING)
+                ait = getmany(timeout=1.0)
+                await self.sleep(0)
+                if not self.should_stop:
+                    pending: list[Any] = []
+                    async for tp, message in ait:
+                        offset = message.offset
+                        r_offset = get_read_offset(tp)
+                        if r_offset is None or offset >= r_offset:
+                            gap = offset - (r_offset or 0)
+                            if gap > 1 and r_offset and acks_enabled_for(message.topic):
+                                await self._add_gap(tp, r_offset + 1, offset)
+                            if commit_every is not None and self._n_acked >= commit_every:
+                                self._n_acked = 0
+                                await self.commit()
+                            if message.topic in bulk_topics:
+                                pending.append(message)
+                            else:
+                                if pending:
+                                    await self._hand_over(pending)
+                                    pending = []
+                                await self.wait_first(callback(message), self.suspend_flow.wait())
+                            set_read_offset(tp, offset)
+                    if pending:
+                        await self._hand_over(pending)
+                    unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            unset_flag(CONSUMER_FETCHING)
+
+    async def _hand_over(self, messages: list[Any]) -> None:  # pragma: no cover - broker
+        """What the conductor does per record (``ConductorHandler``), once per fetch."""
+        app = self.app
+        await app.flow_control.acquire()  # held here while a rebalance suspends the flow
+        await app.producer.buffer.wait_until_ebb()
+        index = app.topics._tp_index  # type: ignore[attr-defined]
+        create_event = app.create_event
+        generation = app.consumer_generation_id
+        pressure = self._pressure_callbacks
+        for message in messages:
+            if message.generation_id != generation:
+                return  # a rebalance began: the rest is fetched again after it
+            channels = index.get(message.tp)
+            if not channels:
+                continue
+            message.incref(len(channels))
+            high, drop = pressure(message.tp)
+            for channel in channels:
+                if _is_raw(channel):
+                    event = create_event(message.key, message.value, message.headers, message)
+                else:
+                    event = await channel.decode(message, propagate=False)
+                    if event is None:  # a decode error, reported by the channel; as Faust
+                        message.ack(self)  # does, that channel's reference is released
+                        continue
+                queue = channel.queue
+                if queue.full():
+                    app.sensors.on_topic_buffer_full(message.tp)
+                    await self.wait_first(channel.put(event), self.suspend_flow.wait())
+                    if self.suspend_flow.is_set():
+                        return
+                else:
+                    queue.put_nowait_enhanced(event, on_pressure_high=high, on_pressure_drop=drop)
+
+    def _pressure_callbacks(self, tp: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+        """The conductor's per-partition callbacks: pause fetching at high pressure."""
+        cache: dict[Any, tuple[Callable[[], None], Callable[[], None]]]
+        cache = self.__dict__.setdefault("_bulk_pressure_callbacks", {})
+        found = cache.get(tp)
+        if found is None:
+            on_topic_buffer_full = self.app.sensors.on_topic_buffer_full
+
+            def high() -> None:
+                on_topic_buffer_full(tp)
+                self.on_buffer_full(tp)
+
+            def drop() -> None:
+                self.on_buffer_drop(tp)
+
+            found = cache[tp] = (high, drop)
+        return found
+
+
+class BulkTransport(faust_aiokafka.Transport):
+    Consumer = BulkConsumer
+    bulk_topics: frozenset[str] = frozenset()
+
+
+def install(app: Any, topics: Iterable[str]) -> None:
+    """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created)."""
+    transport = BulkTransport(app.conf.broker_consumer, app)
+    transport.bulk_topics = frozenset(topics)
+    app.transport = transport
+
+
+async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[list[Any]]:
+    """Batches of events from the agent's channel, each message tracked, none acked.
+
+    A batch is what has arrived when the agent asks, up to ``max_`` events; with
+    ``linger`` > 0 an incomplete batch waits up to that long for more. The caller acks
+    every event of a batch (``ack``) once it is delivered.
+    """
+    app = stream.app
+    channel = aiter(stream.channel)  # subscribes the channel, as iterating the stream does
+    queue = channel.queue
+    consumer = app.consumer
+    track = consumer.track_message
+    flow_active = app.flow_control.is_active
+    acking_topics = app.topics.acking_topics
+    inbound = app.monitor.stream_inbound_time
+    loop = asyncio.get_running_loop()
+    while not stream.should_stop:
+        events = [await queue.get()]
+        if linger > 0 and queue.qsize() + 1 < max_:
+            deadline = loop.time() + linger
+            while queue.qsize() + 1 < max_:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(remaining, 0.005))
+        while len(events) < max_ and not queue.empty():
+            events.append(queue.get_nowait())
+        taken: list[Any] = []
+        generation = app.consumer_generation_id
+        active = flow_active()
+        now = time.monotonic()
+        for event in events:
+            message = event.message
+            if not active or message.generation_id != generation:
+                continue  # stale: fetched again from the committed offset
+            if message.topic in acking_topics and not message.tracked:
+                message.tracked = True
+                track(message)
+            inbound[message.tp] = now
+            taken.append(event)
+        if taken:
+            yield taken
+
+
+def ack(events: Iterable[Any]) -> None:
+    """Ack delivered events (Faust's ``Event.ack``: the offsets become committable)."""
+    for event in events:
+        event.ack()
+
+
+__all__ = [
+    "FAUST_VERSION",
+    "BulkConsumer",
+    "BulkTransport",
+    "LeanMonitor",
+    "ack",
+    "batches",
+    "install",
+    "use_uvloop",
+]

@@ -1,0 +1,1291 @@
+"""Scenario helpers for the fault-injection suite: traffic with a ledger, hostile cases, a
+broker to bounce, takeover timing, and the one verifier every scenario ends with.
+
+Ground truth is what was produced, never what the service reports. Every message handed
+to Kafka is entered in a ``Ledger`` together with what the contract ("Validation", level
+1) makes of it, decided by this module's own model of the rules and limits: its readable
+parts (events, or packed chunk rows standing for several events) and its unreadable parts
+(the whole message, or single elements of a segment). ``verify`` writes each session's
+readable parts, in the order they were produced, to a dsh log, folds the logs offline
+(``stream fold``), and demands that Redis, the output topic, the totals and the
+dead-letter topic all agree with that, exactly.
+
+``SOAK=1`` in the environment scales counts and durations up (``make soak``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from tests.generators.sessions import (
+    DupKeyObject,
+    RawNumber,
+    encode_json,
+    generate_session,
+    pack_records,
+)
+from tests.integration.harness import REPO, Deployment, Worker, offline_fold, wait_until
+
+SOAK: Final = os.environ.get("SOAK", "") not in ("", "0")
+T = TypeVar("T")
+
+
+def scaled(bounded: T, soak: T) -> T:
+    """The bounded (CI) figure, or the soak figure under ``SOAK=1``."""
+    return soak if SOAK else bounded
+
+
+def say(text: str) -> None:
+    """A progress line (visible with ``pytest -s``), stamped so runs can be read back."""
+    print(f"[faults {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def client_conf(deployment: Deployment) -> dict[str, Any]:
+    """librdkafka settings reaching the deployment's broker (a secured one included)."""
+    extra: dict[str, Any] = getattr(deployment, "client_conf", {}) or {}
+    return {"bootstrap.servers": deployment.bootstrap} | extra
+
+
+def input_topic(deployment: Deployment) -> str:
+    return f"{deployment.name}.events"
+
+
+def producer_for(deployment: Deployment, **extra: Any) -> Producer:
+    """The Java client's partitioner (as ``stream produce``), idempotent, so per-key order
+    in the topic is the order of ``produce`` calls, and patient enough to ride out a
+    broker bounce without giving up on a message."""
+    conf = client_conf(deployment) | {
+        "partitioner": "murmur2_random",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "message.timeout.ms": 600_000,
+        "queue.buffering.max.messages": 200_000,
+        "message.max.bytes": 4_000_000,
+        "log_level": 3,
+    }
+    return Producer(conf | extra)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The worker's input limits (``STREAM_MAX_*``), as this suite sets and models them."""
+
+    message_bytes: int = 1_000_000
+    key_bytes: int = 1_024
+    segment_events: int = 10_000
+
+    def env(self) -> dict[str, str]:
+        return {
+            "STREAM_MAX_MESSAGE_BYTES": str(self.message_bytes),
+            "STREAM_MAX_KEY_BYTES": str(self.key_bytes),
+            "STREAM_MAX_SEGMENT_EVENTS": str(self.segment_events),
+        }
+
+
+DEFAULT_LIMITS: Final = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One JSON value inside a message: its text, and the events it stands for when it is
+    readable (1 for an event, n for a packed chunk row of n members, 0: unreadable)."""
+
+    text: bytes
+    events: int = 1
+
+    @property
+    def readable(self) -> bool:
+        return self.events > 0
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One message to produce and what the contract makes of it."""
+
+    key: bytes | None
+    value: bytes
+    session: str | None  # the session its readable parts fold into
+    lines: list[bytes]  # readable parts, in order: what the session's log gets
+    events: int  # events the readable parts stand for
+    dead: list[int | None]  # unreadable: None = the whole message, else a segment index
+    tag: str = ""  # what kind of case this is (for the report)
+
+
+def _session_of(key: bytes | None, limits: Limits) -> str | None:
+    if key is None or len(key) > limits.key_bytes:
+        return None
+    try:
+        session = key.decode()
+    except UnicodeDecodeError:
+        return None
+    return session or None
+
+
+def garbage(key: bytes | None, value: bytes, tag: str = "garbage") -> Outgoing:
+    """A message unreadable as a whole (one dead letter, no segment index)."""
+    return Outgoing(key, value, None, [], 0, [None], tag)
+
+
+def single(key: bytes | None, part: Part, limits: Limits, tag: str = "") -> Outgoing:
+    """A message holding one JSON object (never a JSON array: that is a segment)."""
+    session = _session_of(key, limits)
+    if session is None or len(part.text) > limits.message_bytes or not part.readable:
+        return garbage(key, part.text, tag or "garbage")
+    return Outgoing(key, part.text, session, [part.text], part.events, [], tag)
+
+
+def segment(key: bytes | None, parts: Sequence[Part], limits: Limits, tag: str = "") -> Outgoing:
+    """A message holding a JSON array of parts (contract: a segment)."""
+    value = b"[" + b",".join(p.text for p in parts) + b"]"
+    session = _session_of(key, limits)
+    if (
+        session is None
+        or len(value) > limits.message_bytes
+        or not parts
+        or len(parts) > limits.segment_events
+    ):
+        return garbage(key, value, tag or "garbage")
+    lines = [p.text for p in parts if p.readable]
+    dead: list[int | None] = [i for i, p in enumerate(parts) if not p.readable]
+    events = sum(p.events for p in parts if p.readable)
+    return Outgoing(key, value, session if lines else None, lines, events, dead, tag)
+
+
+def text_of(value: Any) -> bytes:
+    """Compact JSON text of a (generated) value: raw number literals verbatim, lone
+    surrogates escaped, as the generator writes logs."""
+    return encode_json(value).encode()
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+@dataclass
+class Ledger:
+    """Everything produced for one deployment, with what it must come to."""
+
+    topic: str
+    logs: dict[str, list[bytes]] = field(default_factory=dict)
+    events: int = 0  # readable events produced
+    unreadable: int = 0  # unreadable messages and segment elements produced
+    messages: int = 0
+    delivered: int = 0
+    failed: list[str] = field(default_factory=list)
+    dead_expected: set[tuple[int, int, int | None]] = field(default_factory=set)
+    partition_of: dict[str, int] = field(default_factory=dict)
+    tags: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def total(self) -> int:
+        """What the service's totals must add up to: every event, every unreadable part."""
+        return self.events + self.unreadable
+
+    def enter(self, out: Outgoing) -> Callable[[KafkaError | None, Message], None]:
+        """Record a message about to be produced; returns its delivery callback."""
+        with self._lock:
+            self.messages += 1
+            if out.session is not None:
+                self.logs.setdefault(out.session, []).extend(out.lines)
+            self.events += out.events
+            self.unreadable += len(out.dead)
+            if out.tag:
+                self.tags[out.tag] = self.tags.get(out.tag, 0) + 1
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            with self._lock:
+                if error is not None:
+                    self.failed.append(str(error))
+                    return
+                self.delivered += 1
+                for index in out.dead:
+                    self.dead_expected.add((message.partition(), message.offset(), index))
+                if out.session is not None:
+                    self.partition_of[out.session] = message.partition()
+
+        return delivered
+
+    def write_logs(self, directory: Path) -> list[Path]:
+        """One dsh log per session: a header naming it, then its readable parts in order."""
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = []
+        with self._lock:
+            logs = {session: list(lines) for session, lines in self.logs.items()}
+        for n, (session, lines) in enumerate(sorted(logs.items())):
+            path = directory / f"s{n:06d}.jsonl"
+            header = orjson.dumps({"type": "session", "id": session})
+            path.write_bytes(b"\n".join([header, *lines]) + b"\n")
+            paths.append(path)
+        return paths
+
+
+def produce(
+    producer: Producer, topic: str, ledger: Ledger, out: Outgoing, timeout: float = 300
+) -> None:
+    """Enter ``out`` in the ledger and hand it to the producer (waiting for queue room)."""
+    callback = ledger.enter(out)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            producer.produce(topic, key=out.key, value=out.value, on_delivery=callback)
+            break
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise
+            producer.poll(0.1)
+    producer.poll(0)
+
+
+class Feeder(threading.Thread):
+    """Produces a list of messages at a steady rate in the background while a scenario
+    injects its faults; ``finish`` waits until every message is confirmed."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        ledger: Ledger,
+        messages: Sequence[Outgoing],
+        seconds: float,
+    ) -> None:
+        super().__init__(daemon=True, name="feeder")
+        self.producer = producer_for(deployment)
+        self.topic = input_topic(deployment)
+        self.ledger = ledger
+        self.messages = messages
+        self.seconds = max(seconds, 0.001)
+        self.sent = 0
+        self.error: BaseException | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            started = time.monotonic()
+            per_message = self.seconds / max(len(self.messages), 1)
+            for n, out in enumerate(self.messages):
+                if self.stopping.is_set():
+                    return
+                produce(self.producer, self.topic, self.ledger, out)
+                self.sent += 1
+                ahead = started + n * per_message - time.monotonic()
+                if ahead > 0:
+                    self.producer.poll(min(ahead, 0.5))
+            while self.producer.flush(1.0) and not self.stopping.is_set():
+                pass
+        except BaseException as error:  # surfaced by ``finish``
+            self.error = error
+
+    def finish(self, timeout: float = 600) -> None:
+        self.join(timeout)
+        assert not self.is_alive(), f"the feeder did not finish in {timeout:.0f} s"
+        if self.error is not None:
+            raise self.error
+        assert self.producer.flush(timeout) == 0, "messages still undelivered"
+        assert not self.ledger.failed, f"delivery failed: {self.ledger.failed[:3]}"
+        assert self.ledger.delivered == self.ledger.messages
+
+
+def produce_now(deployment: Deployment, ledger: Ledger, messages: Iterable[Outgoing]) -> None:
+    """Produce and confirm every message (no pacing)."""
+    producer = producer_for(deployment)
+    topic = input_topic(deployment)
+    for out in messages:
+        produce(producer, topic, ledger, out)
+    assert producer.flush(300) == 0, "messages still undelivered"
+    assert not ledger.failed, f"delivery failed: {ledger.failed[:3]}"
+
+
+# --------------------------------------------------------------------------- good traffic
+
+
+_GARBAGE_ELEMENTS: Final[tuple[bytes, ...]] = (
+    b'"not an event"',
+    b"42",
+    b"null",
+    b"true",
+    b"[]",
+    b"[1,[2,[3]]]",
+    b'{"seq":-1,"type":"turn/start","time":0,"data":{}}',
+    b'{"type":"turn/start","time":0,"data":{}}',
+    b'{"seq":"3","type":"turn/start","time":0,"data":{}}',
+    b'{"seq":1.5,"type":"turn/start","time":0,"data":{}}',
+    b'{"seq":true,"type":"turn/start","time":0,"data":{}}',
+    b'{"seq":9007199254740992,"type":"turn/start","time":0,"data":{}}',
+    b'{"seq":1e400,"type":"turn/start","time":0,"data":{}}',
+    b'{"type":"session","id":"not-a-header-here"}',
+    b'{"type":"text-chunks","seq0":0,"time0":0,"data":{}}',
+    b'{"type":"tool-call-chunks","seq0":-4,"time0":0,"data":{"dt":[],"args":[]}}',
+    b'{"type":"reasoning-chunks","seq0":3,"time0":0,'
+    b'"data":{"turn":0,"step":0,"index":0,"dt":[1],"texts":["a","b","c"]}}',
+)
+
+_GARBAGE_MESSAGES: Final[tuple[bytes, ...]] = (
+    b"{not json",
+    b"",
+    b"nul",
+    b"[1,2",
+    b'{"seq":NaN}',
+    b'{"seq":Infinity,"type":"turn/start","time":0,"data":{}}',
+    b"\xff\xfe\x00{",
+    b'"\xed\xa0\x80"',  # a lone surrogate as raw bytes: not UTF-8, so not JSON
+    b'{"seq":0,"type":"turn/start","time":0,"data":{"x":"\xed\xb0\x80"}}',
+    b'{"seq":0,"type":"turn/start","time":0,"data":{}} trailing',
+    b"42",
+    b'"a string"',
+    b"null",
+    b"false",
+    b'{"type":"turn/start","time":0,"data":{}}',
+    b'{"seq":-1,"type":"turn/start","time":0,"data":{}}',
+    b'{"seq":"0","type":"turn/start","time":0,"data":{}}',
+    b'{"seq":1e400,"type":"turn/start","time":0,"data":{}}',
+    b'{"seq":18446744073709551617,"type":"turn/start","time":0,"data":{}}',
+    b'{"type":"session","id":"a-header-mid-stream"}',
+    b'{"type":"text-chunks","seq0":0,"time0":0,"data":{"turn":0}}',
+    b"[]",  # an empty segment
+)
+
+
+def garbage_message(rng: random.Random, key: bytes | None) -> Outgoing:
+    """An unreadable message (as a whole) for ``key``."""
+    return garbage(key, rng.choice(_GARBAGE_MESSAGES), "garbage")
+
+
+def garbage_part(rng: random.Random) -> Part:
+    """A segment element that is JSON but not an event."""
+    return Part(rng.choice(_GARBAGE_ELEMENTS), 0)
+
+
+def session_parts(rng: random.Random, session: str, events: int, pack: bool = True) -> list[Part]:
+    """A generated session (nasty but valid) as parts: events, and packed chunk rows."""
+    generated = generate_session(rng, session, events)
+    records = pack_records(generated, rng) if pack else list(generated)
+    parts = []
+    for record in records:
+        if isinstance(record, dict) and record.get("type") in _ROW_TYPES:
+            data = record["data"]
+            members = data.get("texts", data.get("args", []))
+            parts.append(Part(text_of(record), len(members)))
+        else:
+            parts.append(Part(text_of(record), 1))
+    return parts
+
+
+_ROW_TYPES: Final = ("text-chunks", "reasoning-chunks", "tool-call-chunks")
+
+
+def chunked(
+    rng: random.Random,
+    key: bytes,
+    parts: Sequence[Part],
+    limits: Limits,
+    segment_max: int,
+    garbage_rate: float = 0.0,
+) -> list[Outgoing]:
+    """A session's parts as messages: single events and segments of up to
+    ``segment_max`` parts, some with an unreadable element slipped in."""
+    out: list[Outgoing] = []
+    i = 0
+    while i < len(parts):
+        size = rng.randint(1, segment_max)
+        group = list(parts[i : i + size])
+        i += size
+        if garbage_rate and rng.random() < garbage_rate:
+            group.insert(rng.randint(0, len(group)), garbage_part(rng))
+        if len(group) == 1 and group[0].readable and rng.random() < 0.7:
+            out.append(single(key, group[0], limits, "event"))
+        else:
+            out.append(segment(key, group, limits, "segment"))
+    return out
+
+
+def interleave(rng: random.Random, queues: Sequence[Sequence[Outgoing]]) -> list[Outgoing]:
+    """Merge per-key message queues in a random order, keeping each queue's own order."""
+    cursors = [0] * len(queues)
+    live = [i for i, q in enumerate(queues) if q]
+    merged: list[Outgoing] = []
+    while live:
+        pick = rng.randrange(len(live))
+        q = live[pick]
+        merged.append(queues[q][cursors[q]])
+        cursors[q] += 1
+        if cursors[q] == len(queues[q]):
+            live[pick] = live[-1]
+            live.pop()
+    return merged
+
+
+def session_traffic(
+    rng: random.Random,
+    prefix: str,
+    sessions: int,
+    events: tuple[int, int],
+    *,
+    segment_max: int = 6,
+    garbage_rate: float = 0.02,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[Outgoing]:
+    """Generated sessions (nasty but valid), as interleaved single events, segments and
+    packed chunk rows, with a few unreadable messages and elements mixed in."""
+    queues: list[list[Outgoing]] = []
+    keys = []
+    for i in range(sessions):
+        session = f"{prefix}-{i}" if i % 7 else f"{prefix} ✓\u2028ü-{i}"
+        key = session.encode()
+        keys.append(key)
+        parts = session_parts(rng, session, rng.randint(*events))
+        queues.append(chunked(rng, key, parts, limits, segment_max, garbage_rate))
+    junk = [
+        garbage_message(rng, rng.choice([*keys, None, b""]))
+        for _ in range(int(garbage_rate * sum(len(q) for q in queues)))
+    ]
+    return interleave(rng, [*queues, *[[j] for j in junk]])
+
+
+def ticks(key: bytes, first: int, count: int, limits: Limits = DEFAULT_LIMITS) -> list[Outgoing]:
+    """``count`` passive events of one session from seq ``first`` (a heartbeat)."""
+    return [
+        single(
+            key,
+            Part(orjson.dumps({"type": "turn/start", "seq": s, "time": s, "data": {"turn": s}})),
+            limits,
+            "tick",
+        )
+        for s in range(first, first + count)
+    ]
+
+
+# --------------------------------------------------------------------------- hostile cases
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def _user(seq: int, content: Any, op: Any = "append") -> dict[str, Any]:
+    return {
+        "type": "user/message",
+        "seq": seq,
+        "time": 1_767_225_600_000 + seq,
+        "surfaceOp": op,
+        "data": {"role": "user", "content": content, "source": "user"},
+    }
+
+
+def _text_block(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]
+
+
+def _assistant(seq: int, usage: Any, **data: Any) -> dict[str, Any]:
+    return {
+        "type": "assistant/message",
+        "seq": seq,
+        "time": seq,
+        "surfaceOp": "append",
+        "data": {
+            "turn": 0,
+            "step": seq,
+            "message": {"role": "assistant", "content": []},
+            "usage": usage,
+            **data,
+        },
+    }
+
+
+def _wrong_types(seq: int) -> list[Any]:
+    """Events with a usable seq and something wrong everywhere else (contract levels 2-4):
+    readable, each faults some projection."""
+    big = RawNumber("1e400")
+    huge = RawNumber("123456789012345678901234567890")
+    t = 1_767_225_600_000 + seq
+    return [
+        {"type": 7, "seq": seq, "time": t, "data": {}},
+        {"type": None, "seq": seq, "time": t, "data": {}},
+        {"type": "user/message", "seq": seq, "time": t, "data": [], "surfaceOp": "append"},
+        {"type": "turn/start", "seq": seq, "time": "noon", "data": {}},
+        {"type": "turn/start", "seq": seq, "time": 1.5, "data": {}},
+        {"type": "turn/start", "seq": seq, "time": big, "data": {}},
+        {"type": "turn/start", "seq": seq, "data": {}},
+        {"type": "turn/start", "seq": RawNumber(f"{seq}.0"), "time": t, "data": {}},
+        _user(seq, _text_block("x"), "prepend"),
+        _user(seq, _text_block("x"), {"op": "replace", "start": 0}),
+        _user(seq, _text_block("x"), {"op": "replace", "start": 0, "endSeq": 1}),
+        _user(seq, _text_block("x"), {"op": "replace", "start": -1, "end": 2}),
+        _user(seq, _text_block("x"), {"op": "replace", "start": 0, "end": big}),
+        _user(seq, _text_block("x"), 5),
+        _user(seq, _text_block("x"), None),
+        {"type": "turn/start", "seq": seq, "time": t, "data": {}, "surfaceOp": "append"},
+        _user(seq, "text, not blocks"),
+        _user(seq, [1, 2]),
+        _user(seq, [{"type": "text", "text": 5}]),
+        _user(seq, [{"type": "tool-call", "name": [], "arguments": "{}"}]),
+        _user(seq, [{"type": "tool-result", "content": "x"}]),
+        {
+            "type": "tool/result",
+            "seq": seq,
+            "time": t,
+            "surfaceOp": "append",
+            "data": {"message": "not an object"},
+        },
+        _assistant(seq, {"inputTokens": -1, "outputTokens": 0}),
+        _assistant(seq, {"inputTokens": big, "outputTokens": 0}),
+        _assistant(seq, {"inputTokens": 2**60, "outputTokens": 0}),
+        _assistant(seq, {"inputTokens": huge, "outputTokens": 0}),
+        _assistant(seq, {"inputTokens": "5", "outputTokens": 0}),
+        _assistant(seq, {"inputTokens": 5}),
+        _assistant(seq, None),
+        _assistant(seq, {"inputTokens": 5, "outputTokens": 1, "cacheReadTokens": 1.5}),
+        _assistant(seq, {"inputTokens": 5, "outputTokens": 1}, turn=-1),
+        _assistant(seq, {"inputTokens": 5, "outputTokens": 1}, step=RawNumber("2.5")),
+        {"type": "assistant/chunk", "seq": seq, "time": t, "data": {"chunk": "x"}},
+        {
+            "type": "assistant/chunk",
+            "seq": seq,
+            "time": t,
+            "data": {"turn": 0, "step": 0, "chunk": {"type": "usage", "usage": []}},
+        },
+        {"type": "request/context", "seq": seq, "time": t, "data": {"contextWindow": 0}},
+        {"type": "request/context", "seq": seq, "time": t, "data": {"contextWindow": None}},
+        {"type": "request/context", "seq": seq, "time": t, "data": {"contextWindow": big}},
+        {"type": "request/context", "seq": seq, "time": t, "data": {"contextWindow": "1M"}},
+        {"type": "request/header", "seq": seq, "time": t, "data": {"header": "x"}},
+        {"type": "request/header", "seq": seq, "time": t, "data": {"header": {"system": 5}}},
+        {"type": "request/header", "seq": seq, "time": t, "data": {"header": {"tools": {}}}},
+        {"type": "compaction/summary", "seq": seq, "time": t, "data": {"shadowedRange": []}},
+        {
+            "type": "compaction/prune",
+            "seq": seq,
+            "time": t,
+            "data": {"shadowedRange": {"start": "a", "end": 0}, "shadowedTokenCount": 1},
+        },
+        {
+            "type": "compaction/summary",
+            "seq": seq,
+            "time": t,
+            "data": {"shadowedRange": {"start": 0, "end": 0}, "shadowedTokenCount": -1},
+        },
+        {
+            "type": "compaction/summary",
+            "seq": seq,
+            "time": t,
+            "data": {
+                "shadowedRange": {"start": 0, "end": 0},
+                "shadowedTokenCount": 1,
+                "shadowedSeqs": [1, -2],
+            },
+        },
+        DupKeyObject(
+            (
+                ("type", "turn/start"),
+                ("seq", seq),
+                ("time", t),
+                ("data", {}),
+                ("data", "the last duplicate wins"),
+            )
+        ),
+    ]
+
+
+def _exotic(rng: random.Random, seq: int) -> list[Any]:
+    """Readable events that fold (or fault) on odd but legal input: lone surrogates,
+    huge numbers in priced JSON, unknown types, duplicate keys."""
+    return [
+        _user(seq, _text_block("lone \ud800 high, \udfff low, pair \ud83d\ude00, \u2028")),
+        _user(seq, [{"type": "mystery", "n": RawNumber("1e400"), "m": RawNumber("-0")}]),
+        _user(seq, [{"type": "mystery", "\ud834key": RawNumber("123456789012345678901234567890")}]),
+        {"type": "no/such/type", "seq": seq, "time": seq, "data": {"x": [None, 1e300]}},
+        {"type": "turn/start", "seq": seq, "time": seq, "data": {}, "ignorable": True},
+        {
+            "type": "assistant/chunk",
+            "seq": seq,
+            "time": RawNumber("1.7e12"),
+            "data": {"turn": 0, "step": 0, "chunk": {"type": "reasoning-delta", "text": "\udc00"}},
+        },
+        DupKeyObject(
+            (("type", "turn/end"), ("seq", seq + 1000), ("seq", seq), ("time", 0), ("data", {}))
+        ),
+        _user(seq, _text_block(rng.choice(["中文", "😀" * 50, "\x00\x1f\x7f", "\\u0000"]))),
+    ]
+
+
+@dataclass
+class HostileSession:
+    """A session's parts with mutations applied; ``cases`` counts what was done to it."""
+
+    key: bytes
+    parts: list[Part]
+    cases: int = 0
+    next_seq: int = 0
+
+    def append(self, part: Part) -> None:
+        self.parts.append(part)
+        self.next_seq += 1
+        self.cases += 1
+
+
+def _claim_mismatch(seq: int) -> list[Part]:
+    """A metering claim over one range, then a replacement naming another (both surface
+    projections fault), the way ``docs/examples/faults.jsonl`` does it."""
+    return [
+        Part(text_of(_user(seq, _text_block("claimed")))),
+        Part(
+            text_of(
+                {
+                    "type": "compaction/summary",
+                    "seq": seq + 1,
+                    "time": seq + 1,
+                    "data": {
+                        "shadowedRange": {"start": seq, "end": seq},
+                        "shadowedTokenCount": 9,
+                        "shadowedSeqs": [seq],
+                    },
+                }
+            )
+        ),
+        Part(
+            text_of(
+                _user(seq + 2, _text_block("summary"), {"op": "replace", "start": seq, "end": seq + 1})
+            )
+        ),
+    ]
+
+
+def _mutate(rng: random.Random, s: HostileSession, limits: Limits, depth: int) -> None:
+    """One hostile change to a session: reorder, duplicate, drop, corrupt, or append an
+    odd event (a claim mismatch, a huge string, huge numbers, deep nesting, surrogates)."""
+    kind = rng.choice(
+        ["swap", "dup", "gap", "corrupt", "corrupt", "claim", "huge", "exotic", "deep", "deep"]
+    )
+    n = len(s.parts)
+    if kind == "swap" and n >= 2:
+        i = rng.randrange(n - 1)
+        s.parts[i], s.parts[i + 1] = s.parts[i + 1], s.parts[i]
+        s.cases += 1
+    elif kind == "dup" and n:
+        i = rng.randrange(n)
+        s.parts.insert(rng.randint(i + 1, n), s.parts[i])
+        s.cases += 1
+    elif kind == "gap" and n:
+        s.parts.pop(rng.randrange(n))
+        s.cases += 1
+    elif kind == "corrupt" and n:
+        # Replaces an event in place: its seq stays, everything else goes wrong.
+        i = rng.randrange(n)
+        seq = _seq_of(s.parts[i])
+        if seq is not None:
+            s.parts[i] = Part(text_of(rng.choice(_wrong_types(seq))))
+            s.cases += 1
+    elif kind == "claim":
+        for part in _claim_mismatch(s.next_seq):
+            s.parts.append(part)
+            s.next_seq += 1
+        s.cases += 1
+    elif kind == "huge":
+        size = rng.randint(limits.message_bytes // 8, limits.message_bytes * 2)
+        s.append(Part(text_of(_user(s.next_seq, _text_block(rng.choice("ab€😀") * (size // 4))))))
+    elif kind == "exotic":
+        s.append(Part(text_of(rng.choice(_exotic(rng, s.next_seq)))))
+    elif kind == "deep":
+        # Nesting the runtime cannot price: the projection that prices it faults. Spliced
+        # in as text (no encoder recurses that deep).
+        seq = s.next_seq
+        where = rng.choice(["block", "tools", "ignored"])
+        if where == "block":
+            event = _user(seq, [{"type": "mystery", "x": "@DEEP@"}])
+        elif where == "tools":
+            event = {
+                "type": "request/header",
+                "seq": seq,
+                "time": seq,
+                "data": {"header": {"config": {}, "tools": ["@DEEP@"]}},
+            }
+        else:
+            event = {"type": "turn/start", "seq": seq, "time": seq, "data": {"x": "@DEEP@"}}
+        text = text_of(event).replace(b'"@DEEP@"', _deep(depth))
+        s.append(Part(text))
+
+
+def _seq_of(part: Part) -> int | None:
+    try:
+        value = json.loads(part.text)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and type(value.get("seq")) is int:
+        return int(value["seq"])
+    return None
+
+
+@dataclass
+class HostileTraffic:
+    messages: list[Outgoing]
+    clean: set[str]  # sessions that only ever got valid events (garbage aside)
+    cases: int
+
+
+def hostile_traffic(
+    rng: random.Random,
+    prefix: str,
+    cases: int,
+    limits: Limits,
+    *,
+    depth: int = 1000,
+    clean_sessions: int = 40,
+) -> HostileTraffic:
+    """About ``cases`` hostile cases mixed into good traffic.
+
+    Good traffic: ``clean_sessions`` generated sessions, with unreadable messages and
+    segment elements interleaved under their keys (which must not disturb them). Hostile
+    cases: sessions mutated by ``_mutate``; unreadable messages of every kind (not JSON,
+    not UTF-8, NaN, no usable seq, headers and malformed chunk rows, empty segments);
+    messages past the size limits, segments past the element limit, oversized and
+    non-UTF-8 keys, no key; ``depth``-deep arrays as whole messages and inside events.
+    Deep nesting never shares a message with a part that needs the slow JSON path.
+    """
+    queues: list[list[Outgoing]] = []
+    clean: set[str] = set()
+    keys: list[bytes] = []
+    made = 0
+    for i in range(clean_sessions):
+        session = f"{prefix}-clean-{i}" if i % 5 else f"{prefix}-clean-ü😀\u2028-{i}"
+        key = session.encode()
+        keys.append(key)
+        clean.add(session)
+        parts = session_parts(rng, session, rng.randint(20, 120))
+        queues.append(chunked(rng, key, parts, limits, 8, garbage_rate=0.1))
+    while made < cases:
+        roll = rng.random()
+        if roll < 0.45:
+            # A hostile session: generated, then mutated, sent in order.
+            n = len(queues)
+            session = f"{prefix}-hostile-{n}"
+            if n % 11 == 0:  # the longest key the limit allows
+                session = (session + "-" + "k" * limits.key_bytes)[: limits.key_bytes]
+            key = session.encode()
+            keys.append(key)
+            s = HostileSession(key, session_parts(rng, session, rng.randint(3, 25), pack=False))
+            s.next_seq = len(s.parts)
+            for _ in range(rng.randint(1, 6)):
+                _mutate(rng, s, limits, depth)
+            queue = []
+            for part in s.parts:
+                if b"[[[[" in part.text:
+                    queue.append(single(key, part, limits, "deep"))  # alone: see docstring
+                elif part.text.startswith(b"[") or rng.random() < 0.5:
+                    queue.append(segment(key, [part], limits, "segment"))
+                else:
+                    queue.append(single(key, part, limits, "event"))
+            # Re-pack runs of ordinary parts into segments now and then.
+            queues.append(_regroup(rng, key, queue, limits))
+            made += s.cases
+        elif roll < 0.80:
+            queues.append([garbage_message(rng, rng.choice([*keys, None]))])
+            made += 1
+        else:
+            queues.append([_limit_case(rng, prefix, keys, limits, depth)])
+            made += 1
+    messages = interleave(rng, queues)
+    return HostileTraffic(messages, clean, made)
+
+
+def _regroup(
+    rng: random.Random, key: bytes, queue: list[Outgoing], limits: Limits
+) -> list[Outgoing]:
+    """Merge some consecutive single-part messages into segments (same parts, same order)."""
+    out: list[Outgoing] = []
+    pending: list[Part] = []
+
+    def flush() -> None:
+        if len(pending) == 1:
+            out.append(single(key, pending[0], limits, "event"))
+        elif pending:
+            out.append(segment(key, pending, limits, "segment"))
+        pending.clear()
+
+    for message in queue:
+        mergeable = (
+            message.tag in ("event", "segment")
+            and len(message.lines) == 1
+            and not message.dead
+            and not message.lines[0].startswith(b"[")
+        )
+        if mergeable and rng.random() < 0.5:
+            pending.append(Part(message.lines[0], message.events))
+            if len(pending) >= 5:
+                flush()
+            continue
+        flush()
+        out.append(message)
+    flush()
+    return out
+
+
+def _limit_case(
+    rng: random.Random, prefix: str, keys: list[bytes], limits: Limits, depth: int
+) -> Outgoing:
+    """One message past a limit, or with a key the worker cannot use."""
+    kind = rng.choice(
+        [
+            "big",
+            "big-segment",
+            "long-segment",
+            "long-key",
+            "bad-key",
+            "no-key",
+            "empty-key",
+            "deep-top",
+            "too-deep",
+        ]
+    )
+    turn = orjson.dumps({"type": "turn/start", "seq": 0, "time": 0, "data": {}})
+    throwaway = f"{prefix}-limit-{rng.randrange(10**9)}".encode()
+    if kind == "big":
+        size = limits.message_bytes + rng.randint(1, limits.message_bytes)
+        event = _user(0, _text_block("x" * size))
+        return single(rng.choice([*keys, throwaway]), Part(text_of(event)), limits, "big")
+    if kind == "big-segment":
+        parts = [Part(turn)] * (limits.message_bytes // len(turn) + 2)
+        parts = parts[: limits.segment_events]
+        filler = _user(1, _text_block("y" * limits.message_bytes))
+        return segment(throwaway, [*parts, Part(text_of(filler))], limits, "big")
+    if kind == "long-segment":
+        events = [
+            Part(orjson.dumps({"type": "turn/start", "seq": s, "time": s, "data": {}}))
+            for s in range(limits.segment_events + rng.randint(1, 20))
+        ]
+        return segment(throwaway, events, limits, "long-segment")
+    if kind == "long-key":
+        key = b"k" * (limits.key_bytes + rng.randint(1, 200))
+        return single(key, Part(turn), limits, "long-key")
+    if kind == "bad-key":
+        key = rng.choice(
+            [
+                b"\xff\xfe",
+                b"\xc3\x28",
+                b"\xc0\x80",
+                "lone-\ud800".encode("utf-8", "surrogatepass"),
+                b"ok\x80",
+            ]
+        )
+        return single(key, Part(turn), limits, "bad-key")
+    if kind == "no-key":
+        return single(None, Part(turn), limits, "no-key")
+    if kind == "empty-key":
+        return single(b"", Part(turn), limits, "empty-key")
+    if kind == "deep-top":
+        # A ``depth``-deep array is a segment whose element is no event: one dead element.
+        return segment(throwaway, [Part(_deep(depth - 1), 0)], limits, "deep-top")
+    # Past what any JSON reader here takes: "nested too deeply", the whole message.
+    return garbage(throwaway, _deep(depth * 3), "too-deep")
+
+
+# --------------------------------------------------------------------------- the verifier
+
+
+def offline_counts(paths: Sequence[Path]) -> dict[str, int]:
+    """``stream fold --counts``: the offline totals by outcome; the logs are all readable."""
+    done = subprocess.run(
+        [sys.executable, "-m", "stream", "fold", "--counts", *map(str, paths)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    unreadable = [line for line in done.stderr.splitlines() if "unreadable" in line]
+    assert not unreadable, f"the ledger wrote unreadable lines: {unreadable[:3]}"
+    found = re.search(r"folded (\d+), duplicate (\d+), faulted (\d+)", done.stderr)
+    assert found, done.stderr[-500:]
+    folded, duplicate, faulted = map(int, found.groups())
+    return {"folded": folded, "duplicate": duplicate, "faulted": faulted}
+
+
+def consumer_lag(deployment: Deployment) -> dict[int, int]:
+    """Per input partition, records the group has not committed past (0: caught up)."""
+    topic = input_topic(deployment)
+    consumer = Consumer(
+        client_conf(deployment)
+        | {"group.id": deployment.name, "enable.auto.commit": False, "log_level": 3}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=20).topics[topic].partitions
+        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=20)
+        lag = {}
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, tp.partition), timeout=20
+            )
+            position = tp.offset if tp.offset >= 0 else low
+            lag[tp.partition] = max(0, high - position)
+        return lag
+    finally:
+        consumer.close()
+
+
+def dead_letters(deployment: Deployment) -> list[Message]:
+    return list(deployment.consume_all(f"{deployment.name}.dlq", timeout=60))
+
+
+def redis_updates(deployment: Deployment, sessions: Sequence[str]) -> dict[str, Any]:
+    client = deployment.redis()
+    pipe = client.pipeline(transaction=False)
+    for session in sessions:
+        pipe.hget(f"{deployment.prefix}session:{session}", "update")
+    values = pipe.execute()
+    return {s: None if v is None else orjson.loads(v) for s, v in zip(sessions, values, strict=True)}
+
+
+@dataclass
+class Verdict:
+    """What a scenario came to (printed, and quoted in docs/reliability.md)."""
+
+    sessions: int
+    events: int
+    unreadable: int
+    messages: int
+    dead_letter_records: int
+    faulted_sessions: int
+    converge_seconds: float
+
+    def line(self) -> str:
+        return (
+            f"{self.messages} messages, {self.events} events + {self.unreadable} unreadable,"
+            f" {self.sessions} sessions ({self.faulted_sessions} with faults),"
+            f" {self.dead_letter_records} dead-letter records;"
+            f" converged {self.converge_seconds:.1f} s after the last fault/produce"
+        )
+
+
+def _diff(name: str, expected: dict[str, Any], found: dict[str, Any]) -> str:
+    wrong = [s for s in expected if found.get(s) != expected[s]]
+    extra = sorted(set(found) - set(expected))
+    lines = [f"{name}: {len(wrong)} of {len(expected)} sessions differ, {len(extra)} extra"]
+    for s in wrong[:3]:
+        lines.append(f"  {s!r}\n    expected {expected[s]}\n    found    {found.get(s)}")
+    lines.extend(f"  extra {s!r}: {found[s]}" for s in extra[:3])
+    return "\n".join(lines)
+
+
+def verify(
+    deployment: Deployment,
+    ledger: Ledger,
+    workdir: Path,
+    *,
+    clean: Iterable[str] = (),
+    timeout: float = 300,
+) -> Verdict:
+    """The one verifier: everything produced is accounted for, exactly, everywhere.
+
+    1. The offline fold of what was produced is the truth for every session.
+    2. No stall: every input partition's committed offset reaches its end (lag 0).
+    3. The totals in Redis add up to exactly the events produced plus the unreadable
+       parts, and by outcome equal the offline fold's (dead_lettered: the unreadable).
+    4. Redis holds the offline fold line for every session, and no other session.
+    5. The output topic's latest update of every session is that line, and no other key.
+    6. The dead-letter topic's distinct (source-partition, source-offset, segment-index)
+       are exactly the unreadable parts produced (duplicates from redelivery allowed).
+    7. Sessions given only valid events (``clean``) have no faults.
+    """
+    started = time.monotonic()
+    assert not ledger.failed, f"delivery failed: {ledger.failed[:3]}"
+    paths = ledger.write_logs(workdir / f"ledger-{deployment.name}")
+    expected = offline_fold(paths)
+    counts = offline_counts(paths)
+    assert set(expected) == set(ledger.logs), "the offline fold lost a session"
+    for session in clean:
+        if session in expected:
+            assert "faults" not in expected[session], (session, expected[session])
+    assert sum(counts.values()) == ledger.events
+    want = counts | {"dead_lettered": ledger.unreadable}
+    sessions = sorted(expected)
+
+    def caught_up() -> bool:
+        return all(v == 0 for v in consumer_lag(deployment).values())
+
+    wait_until(caught_up, timeout, f"every input partition's lag to reach 0: {{lag}}", every=1.0)
+    wait_until(
+        lambda: deployment.accounted() >= ledger.total,
+        timeout,
+        f"{ledger.total} events and unreadable parts accounted for",
+        every=0.5,
+    )
+    # Redis is a cache written after Kafka: give a queue being worked off a moment.
+    deadline = time.monotonic() + 60
+    while True:
+        stats = deployment.stats()
+        found = redis_updates(deployment, sessions)
+        if (stats == want and found == expected) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    converged = time.monotonic() - started
+    assert stats == want, f"totals {stats}, expected {want}"
+    assert found == expected, _diff("redis", expected, found)
+    tallies = {
+        k.decode("utf-8", "surrogateescape")
+        for k in deployment.redis().hkeys(f"{deployment.prefix}tallies")
+    }
+    assert tallies == set(sessions), f"redis tallies for {sorted(tallies - set(sessions))[:3]}"
+    latest = deployment.latest_output()
+    assert latest == expected, _diff("output topic", expected, latest)
+    letters = dead_letters(deployment)
+    distinct: set[tuple[int, int, int | None]] = set()
+    topic = input_topic(deployment)
+    for letter in letters:
+        headers = {k: v for k, v in letter.headers() or []}
+        assert headers["source-topic"] == topic.encode(), headers
+        assert headers["reason"], headers
+        index = headers.get("segment-index")
+        distinct.add(
+            (
+                int(headers["source-partition"]),
+                int(headers["source-offset"]),
+                None if index is None else int(index),
+            )
+        )
+    missing = ledger.dead_expected - distinct
+    extra = distinct - ledger.dead_expected
+    assert not missing and not extra, (
+        f"dead letters: {len(missing)} missing {sorted(missing, key=str)[:5]},"
+        f" {len(extra)} unexpected {sorted(extra, key=str)[:5]}"
+    )
+    assert len(distinct) == ledger.unreadable
+    faulted = sum(1 for line in expected.values() if "faults" in line)
+    return Verdict(
+        len(sessions),
+        ledger.events,
+        ledger.unreadable,
+        ledger.messages,
+        len(letters),
+        faulted,
+        converged,
+    )
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def readyz(worker: Worker) -> dict[str, Any]:
+    """The worker's ``/readyz`` body (``{}`` when nothing answers)."""
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{worker.metrics_port}/readyz", timeout=5
+        ) as page:
+            body: dict[str, Any] = json.loads(page.read())
+            return body
+    except urllib.error.HTTPError as error:
+        body = json.loads(error.read() or b"{}")
+        return body
+    except OSError:
+        return {}
+
+
+def assigned(worker: Worker) -> list[int]:
+    return list(readyz(worker).get("partitions", []))
+
+
+def alive(worker: Worker) -> bool:
+    return worker.process is not None and worker.process.poll() is None
+
+
+def assert_alive(worker: Worker) -> None:
+    assert alive(worker), f"worker {worker.worker_id} died:\n{worker.log()[-3000:]}"
+
+
+def wipe_state(worker: Worker) -> None:
+    """Empty the worker's state directory (as on a new host)."""
+    shutil.rmtree(worker.deployment.workdir / f"state-{worker.worker_id}", ignore_errors=True)
+
+
+def wait_assignment(workers: Sequence[Worker], partitions: int, timeout: float = 120) -> None:
+    """Until the live workers' assignments cover every input partition exactly once."""
+
+    def settled() -> bool:
+        owned = [p for w in workers if alive(w) for p in assigned(w)]
+        return sorted(owned) == list(range(partitions))
+
+    wait_until(settled, timeout, "every partition to be owned by exactly one worker", every=0.5)
+
+
+# --------------------------------------------------------------------------- takeover timing
+
+
+class Ticker(threading.Thread):
+    """A heartbeat: one passive event every ``every`` seconds for each of some sessions."""
+
+    def __init__(
+        self, deployment: Deployment, ledger: Ledger, sessions: dict[str, int], every: float
+    ) -> None:
+        super().__init__(daemon=True, name="ticker")
+        self.producer = producer_for(deployment, **{"linger.ms": 0})
+        self.topic = input_topic(deployment)
+        self.ledger = ledger
+        self.next = dict(sessions)  # session -> next seq
+        self.every = every
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for session, seq in self.next.items():
+                for out in ticks(session.encode(), seq, 1):
+                    produce(self.producer, self.topic, self.ledger, out)
+                self.next[session] = seq + 1
+            self.producer.poll(self.every)
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        assert self.producer.flush(120) == 0
+
+
+def takeover_seconds(
+    deployment: Deployment, ledger: Ledger, victim: Worker, probes: dict[int, str]
+) -> float:
+    """SIGKILL ``victim`` while its partitions' probe sessions keep receiving events;
+    seconds from the kill to the first update of one of them published by whoever takes
+    the partitions over."""
+    targets = [probes[p] for p in assigned(victim)]
+    assert targets, "the victim owns no partition"
+    seqs = {s: (redis_updates(deployment, [s])[s] or {}).get("seq", -1) for s in targets}
+    ticker = Ticker(deployment, ledger, {s: seqs[s] + 1 for s in targets}, 0.1)
+    ticker.start()
+    try:
+        # The victim must be folding the heartbeat before it dies.
+        wait_until(
+            lambda: any(
+                (u or {}).get("seq", -1) > seqs[s]
+                for s, u in redis_updates(deployment, targets).items()
+            ),
+            60,
+            "the victim to fold the heartbeat",
+            every=0.05,
+        )
+        killed = time.monotonic()
+        victim.kill()
+        baseline = {s: (u or {}).get("seq", -1) for s, u in redis_updates(deployment, targets).items()}
+        deadline = killed + 180
+        while time.monotonic() < deadline:
+            now = redis_updates(deployment, targets)
+            if any((now[s] or {}).get("seq", -1) > baseline[s] for s in targets):
+                return time.monotonic() - killed
+            time.sleep(0.05)
+        raise AssertionError("no update of the victim's sessions within 180 s of the kill")
+    finally:
+        ticker.finish()
+
+
+def probe_sessions(
+    deployment: Deployment, ledger: Ledger, partitions: int, prefix: str = "probe"
+) -> dict[int, str]:
+    """One session per input partition (found by producing a first event and reading
+    where it landed), for timing takeovers."""
+    found: dict[int, str] = {}
+    candidates = [f"{prefix}-{n}" for n in range(partitions * 12)]
+    produce_now(deployment, ledger, [ticks(c.encode(), 0, 1)[0] for c in candidates])
+    for candidate in candidates:
+        found.setdefault(ledger.partition_of[candidate], candidate)
+    assert sorted(found) == list(range(partitions)), found
+    return found
+
+
+# --------------------------------------------------------------------------- a broker to bounce
+
+# Below 32768: never handed out as an ephemeral port, so the clients reconnecting in a
+# loop while the broker is down cannot take it from under it.
+FIXED_PORTS: Final = (21092, 21192, 21292, 21392, 21492, 21592)
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class Broker:
+    """A dedicated single-node broker (deploy/kafka.sh) on a fixed port, to stop and
+    start again with the same data directory."""
+
+    data_dir: Path
+    port: int = 0
+    controller_port: int = 0
+    options: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    bounces: list[float] = field(default_factory=list)  # seconds down, per bounce
+
+    @classmethod
+    def on_fixed_port(cls, data_dir: Path, **kwargs: Any) -> Broker:
+        for port in FIXED_PORTS:
+            if _port_free(port) and _port_free(port + 1):
+                return cls(data_dir, port, port + 1, **kwargs)
+        raise RuntimeError(f"none of the fixed broker ports {FIXED_PORTS} is free")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self, *args: str, timeout: float) -> str:
+        done = subprocess.run(
+            ["bash", str(REPO / "deploy" / "kafka.sh"), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=os.environ | self.env,
+            check=False,
+        )
+        if done.returncode:
+            raise RuntimeError(f"kafka.sh {args[0]} failed:\n{done.stderr[-3000:]}")
+        return done.stdout.strip()
+
+    def start(self) -> str:
+        return self._run(
+            "start",
+            "--port",
+            str(self.port),
+            "--controller-port",
+            str(self.controller_port),
+            "--data-dir",
+            str(self.data_dir),
+            "--timeout",
+            "180",
+            *self.options,
+            timeout=300,
+        )
+
+    def stop(self) -> None:
+        self._run("stop", "--data-dir", str(self.data_dir), timeout=120)
+
+    def bounce(self, down: float) -> None:
+        """Stop, stay down ``down`` seconds, start again (same port, same data)."""
+        stopped = time.monotonic()
+        self.stop()
+        time.sleep(down)
+        self.start()
+        self.bounces.append(time.monotonic() - stopped)
+
+
+def chunks(items: Sequence[T], n: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]

@@ -1,0 +1,333 @@
+"""Settings from the environment (``stream.config``; the README's configuration table)."""
+
+import dataclasses
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stream.config
+from stream.config import ConfigError, KafkaSecurity, Settings
+from stream.publish.layout import RedisLayout
+
+ROOT = Path(stream.config.__file__).resolve().parents[1]
+
+# variable -> (field, a value to set, what the field then holds)
+STRINGS: dict[str, tuple[str, str, Any]] = {
+    "KAFKA_BOOTSTRAP_SERVERS": ("bootstrap_servers", "k1:9092,k2:9092", "k1:9092,k2:9092"),
+    "STREAM_APP_ID": ("app_id", "ctx-2", "ctx-2"),
+    "STREAM_INPUT_TOPIC": ("input_topic", "in", "in"),
+    "STREAM_OUTPUT_TOPIC": ("output_topic", "out", "out"),
+    "STREAM_DLQ_TOPIC": ("dlq_topic", "dead", "dead"),
+    "STREAM_STATE_DIR": ("state_dir", "/var/lib/ctx", "/var/lib/ctx"),
+    "REDIS_URL": ("redis_url", "redis://r:6380/2", "redis://r:6380/2"),
+    "REDIS_KEY_PREFIX": ("redis_key_prefix", "t:", "t:"),
+    "REDIS_USERNAME": ("redis_username", "svc", "svc"),
+    "REDIS_PASSWORD": ("redis_password", "pw", "pw"),
+    "STREAM_WORKER_ID": ("worker_id", "w-1", "w-1"),
+    "STREAM_METRICS_BIND": ("metrics_bind", "127.0.0.1", "127.0.0.1"),
+    "STREAM_GATEWAY_BIND": ("gateway_bind", "0.0.0.0", "0.0.0.0"),
+    "STREAM_GATEWAY_CORS_ORIGINS": (
+        "gateway_cors_origins",
+        " https://a.example , ,https://b.example",
+        ("https://a.example", "https://b.example"),
+    ),
+}
+# variable -> (field, minimum)
+INTEGERS: dict[str, tuple[str, int]] = {
+    "STREAM_PARTITIONS": ("partitions", 1),
+    "STREAM_REPLICATION_FACTOR": ("replication_factor", 1),
+    "REDIS_TTL_SECONDS": ("redis_ttl_seconds", 0),
+    "STREAM_GENERATION": ("generation", 0),
+    "STREAM_BATCH_MAX": ("batch_max", 1),
+    "STREAM_STANDBY_REPLICAS": ("standby_replicas", 0),
+    "STREAM_MAX_MESSAGE_BYTES": ("max_message_bytes", 1024),
+    "STREAM_MAX_KEY_BYTES": ("max_key_bytes", 1),
+    "STREAM_MAX_SEGMENT_EVENTS": ("max_segment_events", 1),
+    "STREAM_MAX_ERROR_CHARS": ("max_error_chars", 80),
+    "STREAM_MAX_SYSTEM_PROMPTS": ("max_system_prompts", 1),
+    "STREAM_WEB_PORT": ("web_port", 1),
+    "STREAM_METRICS_PORT": ("metrics_port", 0),
+    "STREAM_GATEWAY_PORT": ("gateway_port", 0),
+}
+FLOATS: dict[str, str] = {
+    "STREAM_COMMIT_INTERVAL": "commit_interval",
+    "STREAM_SESSION_TIMEOUT": "session_timeout",
+    "STREAM_BATCH_WITHIN": "batch_within",
+    "STREAM_PRODUCER_LINGER": "producer_linger",
+    "STREAM_MAX_POLL_INTERVAL": "max_poll_interval",
+    "STREAM_REDIS_CHECK_INTERVAL": "redis_check_interval",
+}
+FLAGS: dict[str, str] = {
+    "STREAM_RESEED_ON_ASSIGN": "reseed_on_assign",
+    "STREAM_WEB_ENABLED": "web_enabled",
+}
+# Read with their own rules, tested below.
+OTHERS = {
+    "STREAM_LOG_FORMAT",
+    "REDIS_TLS_CAFILE",
+    "KAFKA_SECURITY_PROTOCOL",
+    "KAFKA_SASL_MECHANISM",
+    "KAFKA_SASL_USERNAME",
+    "KAFKA_SASL_PASSWORD",
+    "KAFKA_SSL_CAFILE",
+    "KAFKA_SSL_CERTFILE",
+    "KAFKA_SSL_KEYFILE",
+}
+TESTED = set(STRINGS) | set(INTEGERS) | set(FLOATS) | set(FLAGS) | OTHERS
+
+
+def variables_read() -> set[str]:
+    source = (ROOT / "stream" / "config.py").read_text(encoding="utf-8")
+    return set(re.findall(r'"((?:KAFKA|STREAM|REDIS)_[A-Z0-9_]+)"', source))
+
+
+def test_every_variable_the_code_reads_is_tested_here() -> None:
+    assert variables_read() == TESTED
+
+
+def test_every_variable_is_in_the_readme_table() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = sorted(name for name in variables_read() if f"`{name}`" not in readme)
+    assert not missing
+
+
+# --- defaults -----------------------------------------------------------------------------------
+
+
+def test_an_empty_environment_gives_the_documented_defaults() -> None:
+    settings = Settings.from_env({})
+    assert settings.worker_id == f"{socket.gethostname()}-{os.getpid()}"
+    assert dataclasses.replace(settings, worker_id="") == Settings()
+    assert settings.dlq_topic == "dsh.session-events.dlq"
+    assert settings.kafka == KafkaSecurity()
+    assert (settings.partitions, settings.batch_max, settings.batch_within) == (6, 2000, 0.05)
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
+
+
+def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAM_APP_ID", "from-os")
+    assert Settings.from_env().app_id == "from-os"
+
+
+def test_the_dead_letter_topic_follows_the_input_topic_unless_set() -> None:
+    assert Settings.from_env({"STREAM_INPUT_TOPIC": "in"}).dlq_topic == "in.dlq"
+    env = {"STREAM_INPUT_TOPIC": "in", "STREAM_DLQ_TOPIC": "dead"}
+    assert Settings.from_env(env).dlq_topic == "dead"
+
+
+# --- every variable -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(STRINGS))
+def test_string_variables(name: str) -> None:
+    field, value, expected = STRINGS[name]
+    assert getattr(Settings.from_env({name: value}), field) == expected
+
+
+@pytest.mark.parametrize("name", sorted(INTEGERS))
+def test_integer_variables(name: str) -> None:
+    field, minimum = INTEGERS[name]
+    assert getattr(Settings.from_env({name: str(minimum + 7)}), field) == minimum + 7
+    assert getattr(Settings.from_env({name: str(minimum)}), field) == minimum
+    default = getattr(Settings(), field)
+    assert getattr(Settings.from_env({name: ""}), field) == default  # empty: the default
+    with pytest.raises(ConfigError, match=f"^{name} must be an integer, got 'many'$"):
+        Settings.from_env({name: "many"})
+    with pytest.raises(ConfigError, match=f"^{name} must be an integer, got '1.5'$"):
+        Settings.from_env({name: "1.5"})
+    with pytest.raises(ConfigError, match=f"^{name} must be at least {minimum}, got "):
+        Settings.from_env({name: str(minimum - 1)})
+
+
+@pytest.mark.parametrize("name", sorted(FLOATS))
+def test_number_variables(name: str) -> None:
+    field = FLOATS[name]
+    assert getattr(Settings.from_env({name: "0.25"}), field) == 0.25
+    assert getattr(Settings.from_env({name: "3"}), field) == 3.0
+    assert getattr(Settings.from_env({name: ""}), field) == getattr(Settings(), field)
+    with pytest.raises(ConfigError, match=f"^{name} must be a number, got 'soon'$"):
+        Settings.from_env({name: "soon"})
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1", True),
+        ("true", True),
+        ("YES", True),
+        ("On", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("OFF", False),
+    ],
+)
+def test_flags(name: str, value: str, expected: bool) -> None:
+    assert getattr(Settings.from_env({name: value}), FLAGS[name]) is expected
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS))
+def test_a_flag_that_is_neither_names_the_variable(name: str) -> None:
+    assert getattr(Settings.from_env({name: ""}), FLAGS[name]) is getattr(Settings(), FLAGS[name])
+    with pytest.raises(ConfigError, match=f"^{name} must be 1/0, true/false, yes/no or on/off"):
+        Settings.from_env({name: "maybe"})
+
+
+def test_log_format_is_a_choice() -> None:
+    assert Settings.from_env({"STREAM_LOG_FORMAT": "JSON"}).log_format == "json"
+    assert Settings.from_env({"STREAM_LOG_FORMAT": ""}).log_format == "text"
+    with pytest.raises(ConfigError, match="^STREAM_LOG_FORMAT must be one of text, json"):
+        Settings.from_env({"STREAM_LOG_FORMAT": "xml"})
+
+
+# --- Kafka security -----------------------------------------------------------------------------
+
+
+def test_kafka_security_variables() -> None:
+    env = {
+        "KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
+        "KAFKA_SASL_MECHANISM": "scram-sha-512",
+        "KAFKA_SASL_USERNAME": "svc",
+        "KAFKA_SASL_PASSWORD": "pa55",
+        "KAFKA_SSL_CAFILE": "/ca.pem",
+        "KAFKA_SSL_CERTFILE": "/cert.pem",
+        "KAFKA_SSL_KEYFILE": "/key.pem",
+        "KAFKA_BOOTSTRAP_SERVERS": "k:9093",
+    }
+    settings = Settings.from_env(env)
+    kafka = settings.kafka
+    assert kafka == KafkaSecurity(
+        "SASL_SSL", "SCRAM-SHA-512", "svc", "pa55", "/ca.pem", "/cert.pem", "/key.pem"
+    )
+    assert kafka.uses_ssl and kafka.uses_sasl
+    assert settings.librdkafka() == {
+        "bootstrap.servers": "k:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "svc",
+        "sasl.password": "pa55",
+        "ssl.ca.location": "/ca.pem",
+        "ssl.certificate.location": "/cert.pem",
+        "ssl.key.location": "/key.pem",
+    }
+
+
+def test_plaintext_sends_no_credentials_to_librdkafka() -> None:
+    settings = Settings.from_env({"KAFKA_SASL_USERNAME": "svc", "KAFKA_SASL_PASSWORD": "pw"})
+    assert settings.librdkafka() == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "security.protocol": "PLAINTEXT",
+    }
+    assert not settings.kafka.uses_ssl and not settings.kafka.uses_sasl
+
+
+def test_an_unknown_protocol_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="^KAFKA_SECURITY_PROTOCOL: unknown protocol 'TLS'"):
+        Settings.from_env({"KAFKA_SECURITY_PROTOCOL": "tls"})
+
+
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+@pytest.mark.parametrize(
+    "credentials", [{}, {"KAFKA_SASL_USERNAME": "svc"}, {"KAFKA_SASL_PASSWORD": "pw"}]
+)
+def test_sasl_needs_both_credentials(protocol: str, credentials: dict[str, str]) -> None:
+    env = {"KAFKA_SECURITY_PROTOCOL": protocol, **credentials}
+    with pytest.raises(ConfigError, match="needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"):
+        Settings.from_env(env)
+
+
+def test_ssl_without_sasl_needs_no_credentials() -> None:
+    settings = Settings.from_env({"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": "/ca"})
+    assert settings.librdkafka()["ssl.ca.location"] == "/ca"
+    assert "sasl.username" not in settings.librdkafka()
+
+
+# --- Redis --------------------------------------------------------------------------------------
+
+
+def test_redis_tls_cafile_needs_a_rediss_url() -> None:
+    for url in (None, "redis://r:6379/0"):
+        env = {"REDIS_TLS_CAFILE": "/ca.pem"} | ({} if url is None else {"REDIS_URL": url})
+        with pytest.raises(ConfigError, match="^REDIS_TLS_CAFILE needs a rediss:// REDIS_URL"):
+            Settings.from_env(env)
+    settings = Settings.from_env({"REDIS_TLS_CAFILE": "/ca.pem", "REDIS_URL": "rediss://r/0"})
+    assert settings.redis_tls_cafile == "/ca.pem"
+
+
+def test_redis_options_carry_only_what_is_set() -> None:
+    assert Settings.from_env({}).redis_options() == {}
+    env = {
+        "REDIS_URL": "rediss://r:6380/0",
+        "REDIS_USERNAME": "svc",
+        "REDIS_PASSWORD": "pw",
+        "REDIS_TLS_CAFILE": "/ca.pem",
+    }
+    assert Settings.from_env(env).redis_options() == {
+        "username": "svc",
+        "password": "pw",
+        "ssl_ca_certs": "/ca.pem",
+    }
+    assert Settings.from_env({"REDIS_PASSWORD": "pw"}).redis_options() == {"password": "pw"}
+
+
+def test_empty_credentials_count_as_unset() -> None:
+    env = {"REDIS_USERNAME": "", "REDIS_PASSWORD": "", "KAFKA_SSL_CAFILE": ""}
+    settings = Settings.from_env(env)
+    assert settings.redis_options() == {}
+    assert settings.kafka.ssl_cafile is None
+
+
+def test_the_redis_layout_uses_the_key_prefix() -> None:
+    layout = Settings.from_env({"REDIS_KEY_PREFIX": "t:"}).redis_layout
+    assert layout == RedisLayout("t:")
+    assert layout.session_key("s") == "t:session:s"
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+SECRET_ENV = {
+    "REDIS_URL": "rediss://svc:url-s3cret@redis:6380/0",
+    "REDIS_PASSWORD": "hunter2",
+    "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+    "KAFKA_SASL_USERNAME": "svc",
+    "KAFKA_SASL_PASSWORD": "pa55word",
+}
+
+
+def test_no_password_in_repr() -> None:
+    text = repr(Settings.from_env(SECRET_ENV))
+    for secret in ("url-s3cret", "hunter2", "pa55word"):
+        assert secret not in text
+    assert "svc" in text  # user names are not secrets
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://svc:s3cret@r:6379/0", "redis://svc:***@r:6379/0"),
+        ("rediss://:s3cret@r:6380/1", "rediss://:***@r:6380/1"),
+        ("redis://s3cret@r/0", "redis://***@r/0"),  # a bare token is hidden too
+        ("redis://svc:p%40ss%3Aw0rd@r/0", "redis://svc:***@r/0"),  # encoded @ and :
+    ],
+)
+def test_redis_url_redacted_hides_the_password(url: str, redacted: str) -> None:
+    settings = Settings.from_env({"REDIS_URL": url})
+    assert settings.redis_url_redacted == redacted
+    assert settings.redis_url == url  # the real URL is still what clients connect with
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="redis_url_redacted splits at the first '@'; redis-py reads a raw '@' in the "
+    "password (redis://u:p@ss@host) as part of it, so the tail of the password shows",
+)
+def test_a_raw_at_sign_in_the_password_stays_hidden() -> None:
+    settings = Settings.from_env({"REDIS_URL": "redis://svc:p@ss-tail@r:6379/0"})
+    assert "ss-tail" not in settings.redis_url_redacted
