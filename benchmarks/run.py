@@ -1,0 +1,493 @@
+"""``make bench``: every figure of docs/performance.md from one run, in one table.
+
+    python -m benchmarks.run [--smoke] [--only SECTION,...] [--json PATH]
+
+Sections (all by default, in this order):
+
+- ``live``: the live-latency sweep (``benchmarks.live``): paced rates over concurrent
+  sessions, one event per message, until the produce-to-Redis p99 passes 200 ms; per rate
+  the latency, the worker's CPU, and per event the Kafka requests the worker sent, the
+  Redis commands it ran and the output records it wrote.
+- ``drain``: a backlog, produced first, read to the end by raw confluent-kafka, Quix
+  Streams, stock Faust and our worker, with single events and segments of 16 and 64.
+- ``scale``: one worker against two on the same load.
+- ``replay``: ``benchmarks.replay`` (stream replay, back to lag 0).
+- ``fold``: the fold against the reference on both corpus kinds (``benchmarks.fold``).
+
+Starts its own Kafka and Redis unless KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set.
+``--smoke`` is the CI version: small corpora, two short live rates, the same code paths,
+well under a minute of measuring. Prints figures; asserts only that every event was
+accounted for.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import fold as fold_bench
+from benchmarks.corpus import write_corpus
+from benchmarks.infra import (
+    REPO,
+    Infra,
+    Scenario,
+    WorkerProcess,
+    corpus_sessions,
+    infrastructure,
+    produce_backlog,
+)
+from benchmarks.live import Load, Subscriber, latencies, summary
+
+SECTIONS = ("live", "drain", "scale", "replay", "fold")
+P99_LIMIT = 0.2
+
+
+@dataclass(frozen=True)
+class Plan:
+    live_sessions: int
+    live_rates: tuple[int, ...]
+    live_seconds: float
+    live_turns: int
+    drain_sessions: int
+    drain_turns: int
+    drain_segments: tuple[int, ...]
+    drain_systems: tuple[str, ...]
+    scale_sessions: int
+    scale_turns: int
+    replay_args: tuple[str, ...]
+    fold_sessions: int
+    fold_turns: int
+    fold_repeat: int
+
+
+FULL = Plan(
+    live_sessions=600,
+    live_rates=(1500, 3000, 4500, 6000, 7500, 9000, 12000),
+    live_seconds=15,
+    live_turns=8,
+    drain_sessions=40,
+    drain_turns=30,
+    drain_segments=(1, 16, 64),
+    drain_systems=("ck", "quix", "faust", "ours"),
+    scale_sessions=40,
+    scale_turns=30,
+    replay_args=("--sessions", "40", "--turns", "30", "--segment", "16"),
+    fold_sessions=40,
+    fold_turns=30,
+    fold_repeat=3,
+)
+SMOKE = Plan(
+    live_sessions=60,
+    live_rates=(300, 1000),
+    live_seconds=3,
+    live_turns=2,
+    drain_sessions=6,
+    drain_turns=4,
+    drain_segments=(1, 16),
+    drain_systems=("ck", "faust", "ours"),
+    scale_sessions=6,
+    scale_turns=4,
+    replay_args=(),
+    fold_sessions=4,
+    fold_turns=4,
+    fold_repeat=1,
+)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- live ---------------------------------------------------------------------------------------
+
+
+def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+    corpus = corpus_sessions(work / "live-corpus", min(plan.live_sessions, 40), plan.live_turns)
+    bases = list(corpus.values())
+    sessions = [
+        (f"live-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)
+    ]
+    scenario = Scenario(infra, work)
+    infra.create_topic(scenario.input_topic, scenario.partitions)
+    worker = WorkerProcess(scenario, "live", probe=True)
+    worker.start()
+    subscriber = Subscriber(
+        infra.redis_url, f"{scenario.prefix}session:*", work / f"{scenario.name}.arrivals"
+    )
+    subscriber.start()
+    load = Load(infra.bootstrap, scenario.input_topic, sessions)
+    rows: list[dict[str, Any]] = []
+    seen = 0
+    try:
+        for rate in plan.live_rates:
+            log(f"live: {rate:,} events/s over {plan.live_sessions} sessions")
+            before = _counters(infra, worker, scenario)
+            cpu0, t0 = worker.cpu_seconds(), time.monotonic()
+            sent, took = load.run(rate, plan.live_seconds)
+            cpu = worker.cpu_seconds() - cpu0
+            wall = time.monotonic() - t0
+            try:
+                scenario.wait_accounted(load.total, timeout=120)
+            except TimeoutError as error:
+                log(f"  not drained: {error}")
+            time.sleep(1.0)  # the subscriber's last flush
+            arrivals = subscriber.arrivals()
+            step, seen = arrivals[seen:], len(arrivals)
+            after = _counters(infra, worker, scenario)
+            lat = summary(latencies(step, load.produced_at))
+            row = {
+                "rate": rate,
+                "achieved": sent / took,
+                "events": sent,
+                "updates": len(step),
+                "cpu": cpu / wall,
+                **{f"lat_{k}": v for k, v in lat.items()},
+                **_per_event(before, after, sent),
+            }
+            rows.append(row)
+            log(
+                f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms,"
+                f" worker {row['cpu']:.2f} cores, {row['events_per_batch']:.0f} events/batch"
+            )
+            if not lat["n"] or lat["p99"] > P99_LIMIT:
+                break
+    finally:
+        subscriber.stop()
+        worker.stop()
+    return rows
+
+
+def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[str, float]:
+    requests = worker.requests()
+    redis_counts = infra.redis_counters()
+    return {
+        "produce_requests": requests.get("Produce", 0),
+        "kafka_requests": sum(requests.values()),
+        "redis_commands": redis_counts["commands"],
+        "redis_evalsha": redis_counts["evalsha"],
+        "output_records": infra.end_offsets(scenario.output_topic),
+        "changelog_records": infra.end_offsets(scenario.changelog_topic),
+        "batches": worker.metric("stream_batches_total"),
+    }
+
+
+def _per_event(before: dict[str, float], after: dict[str, float], events: int) -> dict[str, float]:
+    d = {k: after[k] - before[k] for k in after}
+    n = max(events, 1)
+    return {
+        "produce_requests_per_event": d["produce_requests"] / n,
+        "kafka_requests_per_event": d["kafka_requests"] / n,
+        "redis_commands_per_event": d["redis_commands"] / n,
+        "redis_scripts_per_event": d["redis_evalsha"] / n,
+        "output_records_per_event": d["output_records"] / n,
+        "changelog_records_per_event": d["changelog_records"] / n,
+        "events_per_batch": n / d["batches"] if d["batches"] else float("nan"),
+    }
+
+
+# --- drain --------------------------------------------------------------------------------------
+
+
+def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+    corpus = corpus_sessions(work / "drain-corpus", plan.drain_sessions, plan.drain_turns)
+    rows = []
+    for segment in plan.drain_segments:
+        topic = f"drain-{segment}-{os.getpid()}-{time.monotonic_ns() % 100_000}"
+        infra.create_topic(topic, 6)
+        messages, events = produce_backlog(infra, topic, corpus, segment)
+        log(f"drain: {events:,} events in {messages:,} messages (segment {segment})")
+        for system in plan.drain_systems:
+            if system == "ours":
+                result = _drain_ours(infra, work, topic, events)
+            else:
+                result = _drain_peer(infra, work, system, topic, messages)
+            rate = (result["events"] - result["before"]) / max(result["seconds"], 1e-9)
+            rows.append(
+                {
+                    "segment": segment,
+                    "system": system,
+                    "messages": messages,
+                    "events": events,
+                    "events_per_s": rate,
+                    "messages_per_s": rate / (events / messages),
+                }
+            )
+            log(f"  {system}: {rate:,.0f} events/s")
+    return rows
+
+
+def _drain_peer(infra: Infra, work: Path, system: str, topic: str, expect: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.peers", system, "--bootstrap", infra.bootstrap]
+        + ["--topic", topic, "--expect", str(expect), "--state-dir", str(work / f"quix-{topic}")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"{system} peer failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    found: dict[str, Any] = json.loads(lines[-1])
+    found["seconds"] = found["last"] - found["first"]
+    return found
+
+
+def _drain_ours(infra: Infra, work: Path, topic: str, events: int) -> dict[str, Any]:
+    scenario = Scenario(infra, work, input_topic=topic)
+    worker = WorkerProcess(scenario, "drain")
+    worker.start()
+    try:
+        first = 0.0
+        before = 0
+        while True:
+            have = scenario.accounted()
+            now = time.monotonic()
+            if have and not first:
+                first, before = now, have
+            if have >= events:
+                return {"events": have, "before": before, "seconds": now - first}
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+
+
+# --- one worker against two ---------------------------------------------------------------------
+
+
+def scale(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+    corpus = corpus_sessions(work / "scale-corpus", plan.scale_sessions, plan.scale_turns)
+    rows = []
+    for workers in (1, 2):
+        scenario = Scenario(infra, work)
+        infra.create_topic(scenario.input_topic, scenario.partitions)
+        started = [WorkerProcess(scenario, f"s{i}") for i in range(workers)]
+        for w in started:
+            w.start()
+        time.sleep(8 if workers > 1 else 1)  # the group settles on its assignment
+        try:
+            cpu0 = sum(w.cpu_seconds() for w in started)
+            began = time.monotonic()
+            _, events = produce_backlog(infra, scenario.input_topic, corpus, 1)
+            seconds = scenario.wait_accounted(events, timeout=900) + (time.monotonic() - began)
+            seconds = time.monotonic() - began
+            cpu = sum(w.cpu_seconds() for w in started) - cpu0
+            rows.append(
+                {
+                    "workers": workers,
+                    "events": events,
+                    "events_per_s": events / seconds,
+                    "cpu": cpu / seconds,
+                }
+            )
+            log(f"scale: {workers} worker(s): {events / seconds:,.0f} events/s")
+        finally:
+            for w in started:
+                w.stop()
+    return rows
+
+
+# --- replay -------------------------------------------------------------------------------------
+
+
+def replay(infra: Infra, plan: Plan) -> dict[str, Any]:
+    args = list(plan.replay_args) or ["--sessions", "4", "--turns", "4", "--segment", "16"]
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=infra.bootstrap, REDIS_URL=infra.redis_url)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.replay", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    found = re.search(r"back to lag 0 in ([\d.]+) s.*?-> ([\d,]+) records/s", done.stdout)
+    if done.returncode != 0 or not found:
+        return {"error": (done.stdout + done.stderr)[-600:], "args": args}
+    return {
+        "records_per_s": float(found.group(2).replace(",", "")),
+        "seconds": float(found.group(1)),
+        "args": args,
+    }
+
+
+# --- fold ---------------------------------------------------------------------------------------
+
+
+def fold(work: Path, plan: Plan) -> dict[str, Any]:
+    node, missing = fold_bench.node_binary()
+    packed, unpacked, empty = work / "fold-packed", work / "fold-unpacked", work / "fold-empty"
+    write_corpus(packed, plan.fold_sessions, plan.fold_turns, 7)
+    fold_bench.write_unpacked(packed, unpacked)
+    empty.mkdir(exist_ok=True)
+    result = fold_bench.throughput(
+        {"packed": packed, "unpacked": unpacked}, empty, node, plan.fold_repeat
+    )
+    result.pop("wall", None)
+    if missing:
+        result["reference_missing"] = missing
+    return result
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def n(value: float, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def render(result: dict[str, Any]) -> str:
+    rows: list[tuple[str, str, str]] = []
+
+    def add(section: str, what: str, value: str) -> None:
+        rows.append((section, what, value))
+
+    for row in result.get("live", []):
+        add(
+            "live",
+            f"{row['rate']:,}/s over {result['plan']['live_sessions']} sessions",
+            f"p50 {n(row['lat_p50'] * 1000)} ms, p99 {n(row['lat_p99'] * 1000)} ms,"
+            f" max {n(row['lat_max'] * 1000)} ms; worker {row['cpu']:.2f} cores;"
+            f" {n(row['events_per_batch'], 1)} events/batch",
+        )
+        add(
+            "  per event",
+            f"at {row['rate']:,}/s",
+            f"Kafka produce req {row['produce_requests_per_event']:.3f}, all req"
+            f" {row['kafka_requests_per_event']:.3f}; Redis cmds"
+            f" {row['redis_commands_per_event']:.1f} ({row['redis_scripts_per_event']:.2f}"
+            f" scripts); output rec {row['output_records_per_event']:.2f}, changelog rec"
+            f" {row['changelog_records_per_event']:.2f}; updates {row['updates'] / row['events']:.2f}",
+        )
+    drains = result.get("drain", [])
+    for segment in sorted({r["segment"] for r in drains}):
+        group = {r["system"]: r for r in drains if r["segment"] == segment}
+        quix = group.get("quix", {}).get("events_per_s")
+        for system in ("ck", "quix", "faust", "ours"):
+            if system not in group:
+                continue
+            r = group[system]
+            ratio = f"; {r['events_per_s'] / quix:.2f}x Quix" if quix and system == "ours" else ""
+            add(
+                "drain",
+                f"segment {segment}: {_system_name(system)}",
+                f"{n(r['events_per_s'])} events/s ({n(r['messages_per_s'])} msg/s){ratio}",
+            )
+    for row in result.get("scale", []):
+        add(
+            "scale",
+            f"{row['workers']} worker(s), single events",
+            f"{n(row['events_per_s'])} events/s; workers {row['cpu']:.2f} cores",
+        )
+    rep = result.get("replay")
+    if rep:
+        args = " ".join(rep["args"])
+        if "error" in rep:
+            add("replay", args, "failed: " + rep["error"].strip().splitlines()[-1][:80])
+        else:
+            add("replay", args, f"{n(rep['records_per_s'])} records/s to lag 0")
+    fl = result.get("fold")
+    if fl:
+        for kind in ("packed", "unpacked"):
+            entry = fl[kind]
+            ref = entry.get("reference")
+            add(
+                "fold",
+                f"{kind} logs",
+                f"ours {n(entry['ours']['events_per_s'])} events/s"
+                + (
+                    f", reference {n(ref['events_per_s'])}: {entry['speedup']:.2f}x"
+                    if ref
+                    else ", reference not run"
+                ),
+            )
+    width = [max(len(r[i]) for r in rows) if rows else 0 for i in range(2)]
+    lines = [
+        f"context-stream benchmarks ({'smoke' if result['smoke'] else 'full'}):"
+        f" {result['machine']}; {result['started']}",
+        "",
+        f"{'section'.ljust(width[0])}  {'case'.ljust(width[1])}  figures",
+        "-" * (width[0] + width[1] + 60),
+    ]
+    lines += [f"{a.ljust(width[0])}  {b.ljust(width[1])}  {c}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _system_name(system: str) -> str:
+    return {
+        "ck": "raw confluent-kafka",
+        "quix": "Quix Streams",
+        "faust": "bare Faust",
+        "ours": "our worker",
+    }[system]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="the CI version (under a minute)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--json", help="also write every figure to this file")
+    parser.add_argument("--rates", help="live rates, comma-separated (overrides the plan)")
+    args = parser.parse_args()
+    only = [s for s in args.only.split(",") if s]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    plan = SMOKE if args.smoke else FULL
+    if args.rates:
+        plan = Plan(**{**plan.__dict__, "live_rates": tuple(map(int, args.rates.split(",")))})
+    if "drain" in only and "quix" in plan.drain_systems:
+        try:
+            import quixstreams  # noqa: F401
+        except ImportError:
+            log("Quix Streams not installed (pip install -e '.[bench]'): drain runs without it")
+            plan = Plan(
+                **{
+                    **plan.__dict__,
+                    "drain_systems": tuple(s for s in plan.drain_systems if s != "quix"),
+                }
+            )
+    result: dict[str, Any] = {
+        "smoke": args.smoke,
+        "plan": plan.__dict__,
+        "machine": f"{platform.python_implementation()} {platform.python_version()},"
+        f" {os.cpu_count()} CPUs",
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    began = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="context-stream-bench-"))
+    try:
+        with infrastructure(work) as infra:
+            if "live" in only:
+                result["live"] = live(infra, work, plan)
+            if "drain" in only:
+                result["drain"] = drain(infra, work, plan)
+            if "scale" in only:
+                result["scale"] = scale(infra, work, plan)
+            if "replay" in only:
+                result["replay"] = replay(infra, plan)
+        if "fold" in only:
+            result["fold"] = fold(work, plan)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["seconds"] = time.monotonic() - began
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    print(render(result))
+    print(f"\n{result['seconds']:.0f} s; command: python -m benchmarks.run {' '.join(sys.argv[1:])}")
+
+
+if __name__ == "__main__":
+    main()
