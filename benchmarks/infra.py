@@ -49,7 +49,8 @@ class Infra:
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
     def create_topic(self, name: str, partitions: int) -> None:
-        self.admin().create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+        admin = self.admin()  # kept alive until the result is in
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
     def end_offsets(self, topic: str) -> int:
         """Sum of the topic's high watermarks (0 if it does not exist)."""

@@ -120,8 +120,10 @@ class Subscriber:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.live", "subscribe", self.redis_url, self.pattern]
-            + [str(self.out)],
+            [
+                *(sys.executable, "-m", "benchmarks.live", "subscribe"),
+                *(self.redis_url, self.pattern, str(self.out)),
+            ],
             cwd=REPO,
             env=dict(os.environ),
         )

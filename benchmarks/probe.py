@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiokafka.conn import AIOKafkaConnection
+from aiokafka.conn import AIOKafkaConnection  # type: ignore[import-untyped]
 
 COUNTS: collections.Counter[str] = collections.Counter()
 _send = AIOKafkaConnection.send
@@ -37,7 +37,7 @@ def _dump(path: Path) -> None:
 
 
 def main() -> int:
-    AIOKafkaConnection.send = _counted_send  # type: ignore[method-assign]
+    AIOKafkaConnection.send = _counted_send
     target = os.environ.get("BENCH_PROBE_FILE")
     if target:
         threading.Thread(target=_dump, args=(Path(target),), daemon=True).start()

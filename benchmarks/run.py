@@ -114,9 +114,7 @@ def log(message: str) -> None:
 def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
     corpus = corpus_sessions(work / "live-corpus", min(plan.live_sessions, 40), plan.live_turns)
     bases = list(corpus.values())
-    sessions = [
-        (f"live-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)
-    ]
+    sessions = [(f"live-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)]
     scenario = Scenario(infra, work)
     infra.create_topic(scenario.input_topic, scenario.partitions)
     worker = WorkerProcess(scenario, "live", probe=True)
@@ -228,8 +226,10 @@ def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
 
 def _drain_peer(infra: Infra, work: Path, system: str, topic: str, expect: int) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.peers", system, "--bootstrap", infra.bootstrap]
-        + ["--topic", topic, "--expect", str(expect), "--state-dir", str(work / f"quix-{topic}")],
+        [
+            *(sys.executable, "-m", "benchmarks.peers", system, "--bootstrap", infra.bootstrap),
+            *("--topic", topic, "--expect", str(expect), "--state-dir", str(work / topic)),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -279,7 +279,7 @@ def scale(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
             cpu0 = sum(w.cpu_seconds() for w in started)
             began = time.monotonic()
             _, events = produce_backlog(infra, scenario.input_topic, corpus, 1)
-            seconds = scenario.wait_accounted(events, timeout=900) + (time.monotonic() - began)
+            scenario.wait_accounted(events, timeout=900)
             seconds = time.monotonic() - began
             cpu = sum(w.cpu_seconds() for w in started) - cpu0
             rows.append(
@@ -369,7 +369,8 @@ def render(result: dict[str, Any]) -> str:
             f" {row['kafka_requests_per_event']:.3f}; Redis cmds"
             f" {row['redis_commands_per_event']:.1f} ({row['redis_scripts_per_event']:.2f}"
             f" scripts); output rec {row['output_records_per_event']:.2f}, changelog rec"
-            f" {row['changelog_records_per_event']:.2f}; updates {row['updates'] / row['events']:.2f}",
+            f" {row['changelog_records_per_event']:.2f};"
+            f" updates {row['updates'] / row['events']:.2f}",
         )
     drains = result.get("drain", [])
     for segment in sorted({r["segment"] for r in drains}):
@@ -486,7 +487,8 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     print(render(result))
-    print(f"\n{result['seconds']:.0f} s; command: python -m benchmarks.run {' '.join(sys.argv[1:])}")
+    command = " ".join(["python -m benchmarks.run", *sys.argv[1:]])
+    print(f"\n{result['seconds']:.0f} s; command: {command}")
 
 
 if __name__ == "__main__":

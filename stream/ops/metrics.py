@@ -1,8 +1,8 @@
 """What the worker shows operators: Prometheus metrics, liveness and readiness.
 
 Served on ``STREAM_METRICS_PORT`` (0: off) by aiohttp on the worker's own event loop, so
-an answer from ``/livez`` proves the loop turns. ``/readyz`` is 200 only when partitions
-are assigned, tables are recovered and Redis answers. Counters count what the batches
+an answer from ``/livez`` proves the loop turns. ``/readyz`` is 200 only when the worker
+holds a recovered assignment (possibly empty: a spare member is ready) and Redis answers. Counters count what the batches
 accounted for (new events, not redeliveries): after a run without crashes they equal
 the Redis totals; across crashes the Redis totals are the exact ones (see the README).
 """
@@ -170,8 +170,10 @@ class Metrics:
                 if high is None:
                     continue
                 position = self.positions.get(tp.partition)
-                if position is None:
-                    continue
+                if position is None:  # nothing consumed here yet: lag from the commit
+                    committed = getattr(consumer, "_committed_offset", {}).get(tp)
+                    position = 0 if committed is None else committed + 1
+
                 self.lag.labels(str(tp.partition)).set(max(0, high - position))
         self.refresh_live()
 
@@ -190,10 +192,10 @@ class Metrics:
         reasons = []
         if self.fatal:
             reasons.append(f"stopping: {self.fatal}")
-        if not self.assigned:
-            reasons.append("no partitions assigned")
+        # A member whose assignment is empty (more workers than partitions, a standby)
+        # is ready: it is in the group and takes over when partitions move to it.
         if not self.recovered:
-            reasons.append("tables not recovered")
+            reasons.append("no assignment recovered yet")
         if self.redis is None or self.redis.retrying:
             reasons.append("redis not reachable" if self.redis else "redis not connected yet")
         return reasons

@@ -24,8 +24,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -114,6 +115,7 @@ class Part:
 
     text: bytes
     events: int = 1
+    alone: bool = False  # must travel as a message of its own (deep nesting)
 
     @property
     def readable(self) -> bool:
@@ -288,8 +290,7 @@ class Feeder(threading.Thread):
                     return
                 produce(self.producer, self.topic, self.ledger, out)
                 self.sent += 1
-                ahead = started + n * per_message - time.monotonic()
-                if ahead > 0:
+                while (ahead := started + n * per_message - time.monotonic()) > 0:
                     self.producer.poll(min(ahead, 0.5))
             while self.producer.flush(1.0) and not self.stopping.is_set():
                 pass
@@ -523,7 +524,7 @@ def _wrong_types(seq: int) -> list[Any]:
         {"type": None, "seq": seq, "time": t, "data": {}},
         {"type": "user/message", "seq": seq, "time": t, "data": [], "surfaceOp": "append"},
         {"type": "turn/start", "seq": seq, "time": "noon", "data": {}},
-        {"type": "turn/start", "seq": seq, "time": 1.5, "data": {}},
+        {"type": "turn/start", "seq": seq, "time": RawNumber("1.5"), "data": {}},
         {"type": "turn/start", "seq": seq, "time": big, "data": {}},
         {"type": "turn/start", "seq": seq, "data": {}},
         {"type": "turn/start", "seq": RawNumber(f"{seq}.0"), "time": t, "data": {}},
@@ -554,7 +555,7 @@ def _wrong_types(seq: int) -> list[Any]:
         _assistant(seq, {"inputTokens": "5", "outputTokens": 0}),
         _assistant(seq, {"inputTokens": 5}),
         _assistant(seq, None),
-        _assistant(seq, {"inputTokens": 5, "outputTokens": 1, "cacheReadTokens": 1.5}),
+        _assistant(seq, {"inputTokens": 5, "outputTokens": 1, "cacheReadTokens": RawNumber("1.5")}),
         _assistant(seq, {"inputTokens": 5, "outputTokens": 1}, turn=-1),
         _assistant(seq, {"inputTokens": 5, "outputTokens": 1}, step=RawNumber("2.5")),
         {"type": "assistant/chunk", "seq": seq, "time": t, "data": {"chunk": "x"}},
@@ -613,7 +614,7 @@ def _exotic(rng: random.Random, seq: int) -> list[Any]:
         _user(seq, _text_block("lone \ud800 high, \udfff low, pair \ud83d\ude00, \u2028")),
         _user(seq, [{"type": "mystery", "n": RawNumber("1e400"), "m": RawNumber("-0")}]),
         _user(seq, [{"type": "mystery", "\ud834key": RawNumber("123456789012345678901234567890")}]),
-        {"type": "no/such/type", "seq": seq, "time": seq, "data": {"x": [None, 1e300]}},
+        {"type": "no/such/type", "seq": seq, "time": seq, "data": {"x": [None, RawNumber("1e300")]}},
         {"type": "turn/start", "seq": seq, "time": seq, "data": {}, "ignorable": True},
         {
             "type": "assistant/chunk",
@@ -664,7 +665,9 @@ def _claim_mismatch(seq: int) -> list[Part]:
         ),
         Part(
             text_of(
-                _user(seq + 2, _text_block("summary"), {"op": "replace", "start": seq, "end": seq + 1})
+                _user(
+                    seq + 2, _text_block("summary"), {"op": "replace", "start": seq, "end": seq + 1}
+                )
             )
         ),
     ]
@@ -722,13 +725,13 @@ def _mutate(rng: random.Random, s: HostileSession, limits: Limits, depth: int) -
         else:
             event = {"type": "turn/start", "seq": seq, "time": seq, "data": {"x": "@DEEP@"}}
         text = text_of(event).replace(b'"@DEEP@"', _deep(depth))
-        s.append(Part(text))
+        s.append(Part(text, alone=True))
 
 
 def _seq_of(part: Part) -> int | None:
     try:
         value = json.loads(part.text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(value, dict) and type(value.get("seq")) is int:
         return int(value["seq"])
@@ -788,7 +791,7 @@ def hostile_traffic(
                 _mutate(rng, s, limits, depth)
             queue = []
             for part in s.parts:
-                if b"[[[[" in part.text:
+                if part.alone:
                     queue.append(single(key, part, limits, "deep"))  # alone: see docstring
                 elif part.text.startswith(b"[") or rng.random() < 0.5:
                     queue.append(segment(key, [part], limits, "segment"))
@@ -950,7 +953,9 @@ def redis_updates(deployment: Deployment, sessions: Sequence[str]) -> dict[str, 
     for session in sessions:
         pipe.hget(f"{deployment.prefix}session:{session}", "update")
     values = pipe.execute()
-    return {s: None if v is None else orjson.loads(v) for s, v in zip(sessions, values, strict=True)}
+    return {
+        s: None if v is None else orjson.loads(v) for s, v in zip(sessions, values, strict=True)
+    }
 
 
 @dataclass
@@ -1020,7 +1025,7 @@ def verify(
     def caught_up() -> bool:
         return all(v == 0 for v in consumer_lag(deployment).values())
 
-    wait_until(caught_up, timeout, f"every input partition's lag to reach 0: {{lag}}", every=1.0)
+    wait_until(caught_up, timeout, "every input partition's lag to reach 0", every=1.0)
     wait_until(
         lambda: deployment.accounted() >= ledger.total,
         timeout,
@@ -1163,8 +1168,8 @@ def takeover_seconds(
     the partitions over."""
     targets = [probes[p] for p in assigned(victim)]
     assert targets, "the victim owns no partition"
-    seqs = {s: (redis_updates(deployment, [s])[s] or {}).get("seq", -1) for s in targets}
-    ticker = Ticker(deployment, ledger, {s: seqs[s] + 1 for s in targets}, 0.1)
+    seqs = {s: (u or {}).get("seq", -1) for s, u in redis_updates(deployment, targets).items()}
+    ticker = Ticker(deployment, ledger, {s: len(ledger.logs[s]) for s in targets}, 0.1)
     ticker.start()
     try:
         # The victim must be folding the heartbeat before it dies.
@@ -1179,7 +1184,9 @@ def takeover_seconds(
         )
         killed = time.monotonic()
         victim.kill()
-        baseline = {s: (u or {}).get("seq", -1) for s, u in redis_updates(deployment, targets).items()}
+        baseline = {
+            s: (u or {}).get("seq", -1) for s, u in redis_updates(deployment, targets).items()
+        }
         deadline = killed + 180
         while time.monotonic() < deadline:
             now = redis_updates(deployment, targets)
@@ -1284,8 +1291,3 @@ class Broker:
         time.sleep(down)
         self.start()
         self.bounces.append(time.monotonic() - stopped)
-
-
-def chunks(items: Sequence[T], n: int) -> Iterator[Sequence[T]]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
