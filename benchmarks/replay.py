@@ -78,15 +78,23 @@ class Worker:
         self.starts += 1
         return time.monotonic() - began
 
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)  # finishes its batch, commits, leaves
             self.process.wait(60)
 
 
-def _wait_caught_up(settings: Settings, timeout: float = 600) -> None:
+def _wait_caught_up(settings: Settings, worker: Worker, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while read_lag(settings).lag:
+        if not worker.alive():
+            raise SystemExit(f"the worker died:\n{worker.tail()}")
         if time.monotonic() > deadline:
             raise SystemExit("the worker did not catch up")
         time.sleep(0.5)
@@ -143,7 +151,7 @@ def main() -> None:
         produced = _stream(env, "produce", "--segment", str(args.segment), *map(str, paths))
         print(produced.strip().splitlines()[-1])
         began = time.monotonic()
-        _wait_caught_up(settings)
+        _wait_caught_up(settings, worker)
         print(f"first fold: caught up {time.monotonic() - began:.1f} s after produce returned")
         worker.stop()
 
@@ -157,16 +165,21 @@ def main() -> None:
         began = time.monotonic()
         ready = worker.start()
         print(f"\nworker ready after {ready:.1f} s; $ stream lag --watch --until-caught-up")
-        watch = subprocess.run(
+        watch = subprocess.Popen(
             [*STREAM, "lag", "--watch", "--until-caught-up", "--interval", str(args.interval)],
             env=env,
             cwd=REPO,
             text=True,
             stdout=subprocess.PIPE,
-            check=True,
         )
+        assert watch.stdout is not None
+        for line in watch.stdout:  # the progress lines, as they come
+            print(line, end="", flush=True)
+            if not worker.alive():
+                watch.kill()
+                raise SystemExit(f"the worker died:\n{worker.tail()}")
+        watch.wait()
         elapsed = time.monotonic() - began
-        print(watch.stdout.rstrip())
 
         fold = subprocess.run(
             [sys.executable, "-m", "stream", "fold", *map(str, paths)],

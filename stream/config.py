@@ -147,7 +147,7 @@ class Settings:
     @property
     def redis_url_redacted(self) -> str:
         """``REDIS_URL`` fit for logs: any password replaced by ``***``."""
-        head, sep, tail = self.redis_url.partition("@")
+        head, sep, tail = self.redis_url.rpartition("@")  # a raw '@' may be in the password
         if not sep:
             return self.redis_url
         scheme, _, credentials = head.partition("://")
@@ -192,14 +192,14 @@ class Settings:
             raise ConfigError(f"{protocol} needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
         if env.get("REDIS_TLS_CAFILE") and not env.get("REDIS_URL", "").startswith("rediss://"):
             raise ConfigError("REDIS_TLS_CAFILE needs a rediss:// REDIS_URL (TLS)")
-        app_id = env.get("STREAM_APP_ID", cls.app_id)
-        input_topic = env.get("STREAM_INPUT_TOPIC", cls.input_topic)
+        app_id = env.get("STREAM_APP_ID") or cls.app_id
+        input_topic = env.get("STREAM_INPUT_TOPIC") or cls.input_topic
         return cls(
             bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", cls.bootstrap_servers),
             app_id=app_id,
             input_topic=input_topic,
-            output_topic=env.get("STREAM_OUTPUT_TOPIC", cls.output_topic),
-            dlq_topic=env.get("STREAM_DLQ_TOPIC", f"{input_topic}.dlq"),
+            output_topic=env.get("STREAM_OUTPUT_TOPIC") or cls.output_topic,
+            dlq_topic=env.get("STREAM_DLQ_TOPIC") or f"{input_topic}.dlq",
             partitions=_int(env, "STREAM_PARTITIONS", cls.partitions, 1),
             replication_factor=_int(env, "STREAM_REPLICATION_FACTOR", 1, 1),
             state_dir=env.get("STREAM_STATE_DIR", cls.state_dir),

@@ -8,8 +8,9 @@ order dsh writes them); ``events.read_event`` and ``storage.expand`` are the rea
 
 Nothing here validates. A test that needs a malformed event passes the bad value through
 the same function: parameters typed ``Json`` take any value, written as given. An
-optional key is left out when its argument is ``ABSENT`` (the default); any other value,
-``None`` included, is written (``null`` is itself a value the contract rules on).
+optional key is left out when its argument is ``ABSENT`` (most optional arguments'
+default); any other value, ``None`` included, is written (``null`` is itself a value the
+contract rules on).
 
 Pure: no I/O, no clock (``time`` defaults to the fixed ``T0``).
 """

@@ -56,10 +56,49 @@ def _open(path: Path) -> IO[bytes]:
     except OSError as error:
         raise LogError(f"{path}: {error.strerror or error}") from None
     if path.name.endswith((".zstd", ".zst")):
+        return io.BufferedReader(_Zstd(raw, path))
+    return raw
+
+
+class _Zstd(io.RawIOBase):
+    """Decompressed zstd frames, one after another, that fail loudly when the file ends
+    inside a frame (zstandard's stream reader just stops: a truncated log would lose its
+    tail silently)."""
+
+    def __init__(self, raw: IO[bytes], path: Path) -> None:
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
-    return raw
+        self._path = path
+        self._raw, self._new = raw, zstandard.ZstdDecompressor().decompressobj
+        self._frame = self._new()
+        self._pending = b""
+        self._started = False  # inside a frame that has not ended yet
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = self._raw.read(1 << 16)
+            if not chunk:
+                if self._started and not self._frame.eof:
+                    raise LogError(f"{self._path}: truncated zstd frame (the log ends mid-frame)")
+                return 0
+            while chunk:
+                self._started = True
+                self._pending += self._frame.decompress(chunk)
+                chunk = b""
+                if self._frame.eof:
+                    chunk = self._frame.unused_data
+                    self._frame, self._started = self._new(), False
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 @dataclass(slots=True)

@@ -2,9 +2,10 @@
 
 Served on ``STREAM_METRICS_PORT`` (0: off) by aiohttp on the worker's own event loop, so
 an answer from ``/livez`` proves the loop turns. ``/readyz`` is 200 only when the worker
-holds a recovered assignment (possibly empty: a spare member is ready) and Redis answers. Counters count what the batches
-accounted for (new events, not redeliveries): after a run without crashes they equal
-the Redis totals; across crashes the Redis totals are the exact ones (see the README).
+holds a recovered assignment (possibly empty: a spare member is ready) and Redis answers.
+Counters count what the batches accounted for (new events, not redeliveries): after a
+run without crashes they equal the Redis totals; across crashes the Redis totals are the
+exact ones (see the README).
 """
 
 import contextlib

@@ -1,4 +1,5 @@
-"""Scenarios taken from the design background (docs/notes/007, 008, 009), end to end."""
+"""The design notes' scenarios, end to end across the projections: unpriced replacements
+(docs/notes/009), retained system prompts (007) and the plan/commit surface fold (008)."""
 
 from typing import Any
 
@@ -26,34 +27,34 @@ def fold(projection: Any, events: list[Any]) -> Any:
 HISTORY = [user(0, "abcd" * 10), tool_result(1, "abcd" * 20), user(2, "abcd")]  # 18 + 32 + 9
 
 
-@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
-def test_seed_003_pre_protocol_replacement_is_neutral(projection: Any) -> None:
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=lambda p: p.key)
+def test_a_replacement_without_a_metering_event_is_neutral(projection: Any) -> None:
     state = fold(projection, [*HISTORY, user(3, "summary", op=replace(0, 1))])
     assert state.surface == 18 + 32 + 9  # the compacted-away span stays counted
 
 
-@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
-def test_seed_003_expired_claim_reaches_the_same_neutral_path(projection: Any) -> None:
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=lambda p: p.key)
+def test_a_claim_expired_by_an_intervening_event_folds_like_no_claim(projection: Any) -> None:
     state = fold(
         projection, [*HISTORY, meter(3, 0, 1, 50), noop(4), user(5, "summary", op=replace(0, 1))]
     )
     assert state.surface == 18 + 32 + 9
 
 
-@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
-def test_seed_003_mismatched_adjacent_claim_still_throws(projection: Any) -> None:
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=lambda p: p.key)
+def test_an_adjacent_claim_over_another_range_is_still_an_error(projection: Any) -> None:
     state = fold(projection, [*HISTORY, meter(3, 0, 1, 50)])
     with pytest.raises(ContractError, match="has no adjacent shadow price"):
         projection.apply(state, user(4, "summary", op=replace(0, 2)))
 
 
-@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=str)
-def test_seed_003_matched_claim_prices_exactly(projection: Any) -> None:
+@pytest.mark.parametrize("projection", [CONTEXT_PRESSURE, CONTEXT_BREAKDOWN], ids=lambda p: p.key)
+def test_a_claim_over_the_replaced_range_prices_it_exactly(projection: Any) -> None:
     state = fold(projection, [*HISTORY, meter(3, 0, 1, 50), user(4, "summary", op=replace(0, 1))])
     assert state.surface == 18 + 32 + 9 - 50 + 10
 
 
-def test_seed_003_pressure_overestimates_only_until_the_next_sample() -> None:
+def test_pressure_overestimates_an_unpriced_replacement_only_until_the_next_sample() -> None:
     events = [*HISTORY, usage_chunk(3, usage(1000)), user(4, "summary", op=replace(0, 1))]
     state = fold(CONTEXT_PRESSURE, events)
     assert CONTEXT_PRESSURE.view(state) == {"pressureTokens": 1000, "projectedTokens": 1000}
@@ -64,7 +65,7 @@ def test_seed_003_pressure_overestimates_only_until_the_next_sample() -> None:
 # --- docs/notes/007: contextBreakdown retains only system prompts -----------------------------
 
 
-def test_seed_000_five_surviving_prompts_in_a_long_tool_heavy_run() -> None:
+def test_retained_prompts_stay_a_few_integers_in_a_long_tool_heavy_run() -> None:
     events: list[Any] = []
     for k in range(5):
         events.append(system(len(events), f"System prompt number {k}."))
@@ -81,7 +82,7 @@ def test_seed_000_five_surviving_prompts_in_a_long_tool_heavy_run() -> None:
     assert len(codec.encode(record)) < 300  # version 6 keeps a handful of integers
 
 
-def test_seed_000_membership_decides_without_locating_endpoints() -> None:
+def test_shadowed_seqs_decide_which_prompts_leave_without_locating_the_range() -> None:
     # shadowedSeqs is authoritative: the fold never looks up non-system endpoints
     events = [
         system(0, "You are terse."),
@@ -100,7 +101,7 @@ def test_seed_000_membership_decides_without_locating_endpoints() -> None:
     }
 
 
-def test_seed_000_range_replacement_inserting_a_prompt_is_rejected() -> None:
+def test_a_system_message_in_place_of_a_range_is_rejected_metered_or_not() -> None:
     state = fold(CONTEXT_BREAKDOWN, [system(0, "a"), user(1, "b"), user(2, "c")])
     with pytest.raises(ContractError):
         CONTEXT_BREAKDOWN.apply(state, system(3, "new", op=replace(1, 2)))
@@ -112,7 +113,7 @@ def test_seed_000_range_replacement_inserting_a_prompt_is_rejected() -> None:
 # --- docs/notes/008: plan/commit --------------------------------------------------------------
 
 
-def test_seed_001_failed_events_leave_the_surface_uncommitted_across_retries() -> None:
+def test_a_failed_event_commits_nothing_however_often_it_is_retried() -> None:
     surface = Surface()
     for event in HISTORY:
         surface.fold(event)

@@ -133,6 +133,87 @@ def test_packed_chunk_rows_are_taken_as_the_events_they_hold() -> None:
     assert fold([msg(bad)]).counts.dead_lettered == 1
 
 
+# --- accounting ---------------------------------------------------------------------------------
+
+
+def test_the_partition_row_accounts_dead_letters_once_per_offset() -> None:
+    store: dict[bytes, bytes] = {}
+    first = fold([msg(b"junk", offset=4), msg([user(0), 42, "x"], offset=5)], store)
+    assert first.counts.dead_lettered == 3
+    assert [(p.partition, p.dead_lettered) for p in first.partitions] == [(3, 3)]
+    assert orjson.loads(store[PARTITION_KEY]) == [3, 5]  # [accounted, highest offset]
+    # A redelivery of offset 5 sends its dead letters again but counts none of them.
+    again = fold([msg([user(0), 42, "x"], offset=5), msg(b"more junk", offset=6)], store)
+    assert len(again.dead_letters) == 3 and again.counts.dead_lettered == 1
+    assert orjson.loads(store[PARTITION_KEY]) == [4, 6]
+
+
+@pytest.mark.parametrize("stored", [b"junk", b"[1]", b'[1,"2"]', b"{}"])
+def test_an_unreadable_partition_row_starts_its_count_over(stored: bytes) -> None:
+    result = fold([msg(b"junk", offset=7)], {PARTITION_KEY: stored})
+    assert orjson.loads(result.partitions[0].row) == [1, 7]
+
+
+def test_a_dead_segment_element_keeps_its_own_text() -> None:
+    result = fold([msg([user(0), {"seq": "x", "type": "t"}])])
+    (letter,) = result.dead_letters
+    assert orjson.loads(letter.value) == {"seq": "x", "type": "t"}  # not the whole segment
+
+
+def test_faulted_events_are_counted_as_faulted() -> None:
+    window = build.request_context(1, 0, time=1)  # contextWindow 0: contextPressure faults
+    result = fold([msg(user(0)), msg(window, offset=1), msg(user(2), offset=2)])
+    assert result.counts.as_dict() == {
+        "folded": 2,
+        "duplicate": 0,
+        "faulted": 1,
+        "dead_lettered": 0,
+    }
+    assert result.sessions[0].tally.as_list() == [2, 0, 1]
+
+
+def test_the_same_offset_twice_in_one_batch_counts_once() -> None:
+    result = fold([msg(user(0), offset=0), msg(user(0), offset=0)])
+    assert result.counts.total == 1 and result.redelivered == 1
+
+
+def test_events_are_counted_by_type_runs_by_their_size() -> None:
+    row = build.chunk_row("text-chunks", 1, 5, ["a", "b", "c"])
+    usage = build.usage_chunk(4, build.usage(1, 1), time=4)
+    result = fold([msg([user(0), row, usage])])
+    assert result.types == {"user/message": 1, "assistant/chunk": 4}
+
+
+def test_a_tombstone_is_dead_lettered() -> None:
+    (letter,) = fold([Message(b"s1", None, "events", 3, 0, 0)]).dead_letters
+    assert letter.reason.startswith("not JSON")
+
+
+def test_a_quarantine_refolds_the_session_without_counting_its_dead_letters_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stream.session import batch as batch_module
+
+    real = batch_module.process
+
+    def explode(record: Any, event: Any) -> Any:
+        if event.seq == 2:
+            raise RuntimeError("boom")
+        return real(record, event)
+
+    monkeypatch.setattr(batch_module, "process", explode)
+    messages = [msg([user(0), "bad"]), msg(user(1), offset=1), msg(user(2), offset=2)]
+    result = fold(messages)
+    assert [letter.offset for letter in result.dead_letters] == [0, 2]
+    assert result.counts.as_dict() == {
+        "folded": 2,
+        "duplicate": 0,
+        "faulted": 0,
+        "dead_lettered": 2,
+    }
+    assert result.sessions[0].update["seq"] == 1
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
     lambda inner: (

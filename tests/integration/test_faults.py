@@ -1,0 +1,328 @@
+"""Never stall, never lose: the worker under injected faults, against real Kafka, RocksDB
+and redis-server.
+
+Every scenario produces traffic through a ``Ledger`` (what was produced, and what the
+contract makes of it), injects its faults while producing, and ends with the one
+verifier, ``faults.verify``: the offline fold of what was produced equals Redis and the
+output topic for every session; the totals add up to exactly the events produced (each
+unreadable message or segment element counting 1) and by outcome equal the offline
+fold's; the dead-letter topic holds exactly the unreadable parts produced; and every
+input partition's lag reaches 0. Scenario figures are printed (run with ``-s``) and
+quoted in docs/reliability.md. ``SOAK=1`` (``make soak``) scales them up.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.faults import (
+    Broker,
+    Feeder,
+    Ledger,
+    Limits,
+    alive,
+    assert_alive,
+    assigned,
+    hostile_traffic,
+    input_topic,
+    probe_sessions,
+    produce_now,
+    say,
+    scaled,
+    session_traffic,
+    takeover_seconds,
+    verify,
+    wait_assignment,
+    wipe_state,
+)
+from tests.integration.harness import Deployment, RedisServer, Worker, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def deployments(tmp_path: Path) -> Iterator[list[Deployment]]:
+    """Deployments a test creates; their workers are killed at the end, whatever happens."""
+    created: list[Deployment] = []
+    yield created
+    for deployment in created:
+        deployment.stop_all()
+
+
+def _deployment(
+    created: list[Deployment],
+    bootstrap: str,
+    redis_url: str,
+    workdir: Path,
+    partitions: int,
+    **env: str,
+) -> Deployment:
+    workdir.mkdir(parents=True, exist_ok=True)
+    deployment = Deployment(bootstrap, redis_url, workdir, partitions=partitions, extra_env=env)
+    created.append(deployment)
+    return deployment
+
+
+def _leave(worker: Worker) -> None:
+    """SIGTERM, and it must be a graceful leave: exit status 0, not -15."""
+    code = worker.terminate(timeout=120)
+    assert code == 0, f"{worker.worker_id} exited {code}:\n{worker.log()[-3000:]}"
+
+
+# --------------------------------------------------------------------------- crashes
+
+
+def test_repeated_sigkill_while_producing(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """SIGKILL the worker again and again while producing, with offsets committed every
+    0.5 s; restarts alternate between its own state directory and an empty one (rows
+    rebuilt from the changelog). Nothing lost, nothing counted twice."""
+    kills = scaled(6, 40)
+    rng = random.Random(101)
+    deployment = _deployment(
+        deployments, kafka_bootstrap, redis_url, tmp_path, 4, STREAM_COMMIT_INTERVAL="0.5"
+    )
+    ledger = Ledger(input_topic(deployment))
+    messages = session_traffic(rng, "kill", scaled(40, 400), (60, 220), garbage_rate=0.02)
+    worker = deployment.start_worker("k")
+    feeder = Feeder(deployment, ledger, messages, seconds=kills * 6)
+    feeder.start()
+    started = time.monotonic()
+    try:
+        for n in range(kills):
+            # Early kills land in recovery and the re-seed, later ones mid-batch.
+            time.sleep(rng.choice([0.3, 1.0, 2.0, 3.5]))
+            assert_alive(worker)
+            worker.kill()
+            if n % 2:
+                wipe_state(worker)
+            worker.restart()
+        feeder.finish()
+        verdict = verify(deployment, ledger, tmp_path)
+    finally:
+        feeder.stopping.set()
+    say(
+        f"sigkill: {kills} kills ({kills // 2} onto an empty state dir) in"
+        f" {time.monotonic() - started:.0f} s; {verdict.line()}"
+    )
+
+
+# --------------------------------------------------------------------------- the broker
+
+
+def test_broker_stopped_and_started_again_mid_stream(
+    redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """The broker (dedicated, on a fixed port below the ephemeral range) stopped and
+    started again with the same data, twice, while producing and committing every 0.5 s:
+    the worker rides it out and loses nothing."""
+    bounces = scaled(2, 8)
+    rng = random.Random(202)
+    broker = Broker.on_fixed_port(tmp_path / "kafka")
+    bootstrap = broker.start()
+    try:
+        deployment = _deployment(
+            deployments, bootstrap, redis_url, tmp_path, 4, STREAM_COMMIT_INTERVAL="0.5"
+        )
+        ledger = Ledger(input_topic(deployment))
+        messages = session_traffic(rng, "bounce", scaled(40, 300), (60, 220), garbage_rate=0.02)
+        worker = deployment.start_worker("b")
+        feeder = Feeder(deployment, ledger, messages, seconds=scaled(30, 400))
+        feeder.start()
+        try:
+            for _ in range(bounces):
+                time.sleep(rng.uniform(3, 6))
+                broker.bounce(down=scaled(6.0, 25.0))
+                assert_alive(worker)
+            feeder.finish()
+            verdict = verify(deployment, ledger, tmp_path)
+        finally:
+            feeder.stopping.set()
+        assert_alive(worker)
+        downs = ", ".join(f"{s:.1f}" for s in broker.bounces)
+        say(f"broker bounce: {bounces} bounces (down {downs} s); {verdict.line()}")
+    finally:
+        for deployment in deployments:
+            deployment.stop_all()
+        broker.stop()
+
+
+# --------------------------------------------------------------------------- the group
+
+
+def test_rebalance_storm_more_workers_than_partitions(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """Three workers on two partitions joining and leaving (SIGTERM: each leave must be
+    graceful, exit 0) while producing; some rejoin on an empty state directory."""
+    rounds = scaled(4, 24)
+    rng = random.Random(303)
+    deployment = _deployment(
+        deployments, kafka_bootstrap, redis_url, tmp_path, 2, STREAM_COMMIT_INTERVAL="0.5"
+    )
+    ledger = Ledger(input_topic(deployment))
+    messages = session_traffic(rng, "storm", scaled(30, 200), (60, 200), garbage_rate=0.02)
+    workers = [deployment.start_worker(tag) for tag in ("a", "b", "c")]
+    feeder = Feeder(deployment, ledger, messages, seconds=rounds * 9)
+    feeder.start()
+    started = time.monotonic()
+    leaves = 0
+    try:
+        for n in range(rounds):
+            time.sleep(rng.uniform(0.5, 3))
+            live = [w for w in workers if alive(w)]
+            # Mostly one leaves and rejoins; every third round two leave, then both rejoin.
+            leaving = rng.sample(live, 2 if n % 3 == 2 and len(live) == 3 else 1)
+            for worker in leaving:
+                _leave(worker)
+                leaves += 1
+                if rng.random() < 0.3:
+                    wipe_state(worker)
+            for worker in leaving:
+                worker.restart()
+        feeder.finish()
+        verdict = verify(deployment, ledger, tmp_path)
+        wait_assignment(workers, 2)
+        for worker in workers:
+            _leave(worker)
+            leaves += 1
+    finally:
+        feeder.stopping.set()
+    say(
+        f"rebalance storm: {leaves} graceful leaves and {leaves - 3} rejoins of 3 workers on"
+        f" 2 partitions in {time.monotonic() - started:.0f} s; {verdict.line()}"
+    )
+
+
+def test_standby_replica_takes_over_warm(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """Two workers, each active for one partition; SIGKILL one and time until the other
+    publishes an update of the dead one's sessions: with a standby replica
+    (STREAM_STANDBY_REPLICAS=1, the table already warm) and without (restored from the
+    changelog). Both stay exact; the figures are printed."""
+    sessions = scaled(6000, 30000)
+    seconds: dict[int, float] = {}
+    for standby in (1, 0):
+        rng = random.Random(404)
+        deployment = _deployment(
+            deployments,
+            kafka_bootstrap,
+            redis_url,
+            tmp_path / f"standby-{standby}",
+            2,
+            STREAM_STANDBY_REPLICAS=str(standby),
+            STREAM_SESSION_TIMEOUT="6",
+        )
+        ledger = Ledger(input_topic(deployment))
+        a = deployment.start_worker("a")
+        b = deployment.start_worker("b")
+        wait_assignment([a, b], 2)
+        probes = probe_sessions(deployment, ledger, 2)
+        # Many small sessions, one event per message: a long changelog to restore.
+        load = session_traffic(rng, "load", sessions, (3, 7), segment_max=1, garbage_rate=0.0)
+        produce_now(deployment, ledger, load)
+        deployment.wait_accounted(ledger.total, timeout=600)
+        time.sleep(3)  # the standby reads the last rows off the changelog
+        victim = a if assigned(a) else b
+        seconds[standby] = takeover_seconds(deployment, ledger, victim, probes)
+        verdict = verify(deployment, ledger, deployment.workdir)
+        say(
+            f"standby={standby}: takeover {seconds[standby]:.1f} s after SIGKILL"
+            f" (session timeout 6 s); {verdict.line()}"
+        )
+        deployment.stop_all()
+    say(
+        f"takeover after SIGKILL: {seconds[1]:.1f} s with a standby replica,"
+        f" {seconds[0]:.1f} s without"
+    )
+    assert seconds[1] < seconds[0] + 2.0, seconds
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+def test_redis_outage_past_max_poll_interval_with_a_rebalance(
+    kafka_bootstrap: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """Redis down for longer than the max poll interval while producing, and a second
+    worker joins during the outage (a rebalance with Redis unreachable); Redis comes back
+    empty. Consumption never stops, nobody leaves the group, and Redis ends exact."""
+    rng = random.Random(505)
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        env = {
+            "STREAM_MAX_POLL_INTERVAL": "5",
+            "STREAM_REDIS_CHECK_INTERVAL": "1",
+            "STREAM_COMMIT_INTERVAL": "0.5",
+        }
+        deployment = _deployment(deployments, kafka_bootstrap, server.url, tmp_path, 4, **env)
+        ledger = Ledger(input_topic(deployment))
+        messages = session_traffic(rng, "outage", scaled(40, 300), (60, 220), garbage_rate=0.02)
+        first = deployment.start_worker("r")
+        outage = scaled(14.0, 90.0)
+        feeder = Feeder(deployment, ledger, messages, seconds=outage + 10)
+        feeder.start()
+        try:
+            time.sleep(3)
+            server.stop()
+            down = time.monotonic()
+            wait_until(lambda: first.probe("/readyz") == 503, 30, "readiness to drop")
+            time.sleep(6)  # past the 5 s max poll interval
+            second = deployment.start_worker("r")  # joins while Redis is down
+            wait_assignment([first, second], 4)
+            assert first.metrics()["stream_redis_retrying"] == 1
+            time.sleep(max(0.0, outage - (time.monotonic() - down)))
+            server.start()  # empty: the workers re-seed it
+            up = time.monotonic()
+            feeder.finish()
+            verdict = verify(deployment, ledger, tmp_path)
+        finally:
+            feeder.stopping.set()
+        for worker in (first, second):
+            assert_alive(worker)
+            wait_until(lambda w=worker: w.probe("/readyz") == 200, 60, "readiness to return")
+            assert "leaving group" not in worker.log().lower()
+        say(f"redis outage: down {up - down:.1f} s, a worker joined meanwhile; {verdict.line()}")
+    finally:
+        for deployment in deployments:
+            deployment.stop_all()
+        server.stop()
+
+
+# --------------------------------------------------------------------------- hostile input
+
+
+HOSTILE_LIMITS = Limits(message_bytes=65_536, key_bytes=200, segment_events=64)
+
+
+def test_thousands_of_hostile_cases_in_good_traffic(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """Lone surrogates, 1,000-deep arrays, huge numbers and strings, wrong types
+    everywhere, reordering, duplicates, gaps, mismatched claims, messages and segments
+    past the limits (set low), oversized, non-UTF-8 and missing keys, empty segments,
+    mixed into generated sessions: no partition stalls, the clean sessions come out
+    exact, and every event is accounted for."""
+    cases = scaled(3000, 30000)
+    deployment = _deployment(
+        deployments, kafka_bootstrap, redis_url, tmp_path, 4, **HOSTILE_LIMITS.env()
+    )
+    traffic = hostile_traffic(random.Random(606), "h", cases, HOSTILE_LIMITS)
+    ledger = Ledger(input_topic(deployment))
+    deployment.start_worker("h")
+    started = time.monotonic()
+    produce_now(deployment, ledger, traffic.messages)
+    verdict = verify(deployment, ledger, tmp_path, clean=traffic.clean)
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(ledger.tags.items()))
+    say(
+        f"hostile: {traffic.cases} cases, {len(traffic.clean)} clean sessions exact,"
+        f" in {time.monotonic() - started:.0f} s; messages by kind: {kinds}; {verdict.line()}"
+    )

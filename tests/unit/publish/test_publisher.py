@@ -1,0 +1,470 @@
+"""The publisher's queueing logic, with a fake Kafka outbox and a fake Redis sink.
+
+What real Redis does with the writes (the guarded scripts, totals, re-seeds against a
+live server) is tested in tests/integration; here the sink is a stand-in that can be
+down, refuse, or accept, so the order of duties can be checked step by step: delivery
+before Redis, a transient outage queues (coalesced, newest wins) and drains, a permanent
+error stops loudly, and a re-seed decodes stored rows and skips bad ones.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import orjson
+import pytest
+from redis import exceptions as rx
+
+from stream.config import Settings
+from stream.contract import build
+from stream.publish import publisher as publisher_module
+from stream.publish.publisher import Backoff, Publisher, update_headers
+from stream.publish.redis_sink import DeadCount, PermanentRedisError, SessionUpdate
+from stream.session import codec
+from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter, Message, fold_batch
+from stream.session.processor import update
+
+T = TypeVar("T")
+TOPIC = "events"
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Backoff waits a tick instead of its delay; the delays asked for are recorded."""
+    waited: list[float] = []
+
+    async def wait(self: Backoff) -> None:
+        waited.append(self.delay)
+        self.delay = min(self.delay * 2, self.cap)
+        await asyncio.sleep(0.001)
+
+    monkeypatch.setattr(Backoff, "wait", wait)
+    return waited
+
+
+# --- fakes --------------------------------------------------------------------------------------
+
+
+class FakeOutbox:
+    """Kafka as the app provides it: every call returns a delivery future; the first
+    ``fail_first`` deliveries fail."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.fail_first = fail_first
+        self.log: list[tuple[str, Any]] = []
+        self.calls = 0
+        self.journal: list[str] | None = None
+
+    def _future(self, kind: str, item: Any) -> Awaitable[Any]:
+        self.calls += 1
+        self.log.append((kind, item))
+        failing = self.calls <= self.fail_first
+
+        async def deliver() -> str:
+            if failing:
+                raise RuntimeError("broker unavailable")
+            if self.journal is not None:
+                self.journal.append(f"kafka {kind}")
+            return "ok"
+
+        return deliver()
+
+    def write_row(self, key: bytes, row: bytes, handle: Any) -> Awaitable[Any]:
+        return self._future("row", (key, row, handle))
+
+    def send_update(
+        self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
+    ) -> Awaitable[Any]:
+        return self._future("update", (key, payload, headers))
+
+    def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]:
+        return self._future("dead", letter)
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}
+
+    async def exists(self, key: str) -> int:
+        return int(key in self.keys)
+
+    async def set(self, key: str, value: str) -> bool:
+        self.keys[key] = value
+        return True
+
+
+class FakeSink:
+    """The Redis sink: ``fail`` is raised by every write while set; accepted writes are
+    kept (``writes``) and the newest version per session is what it ``holds``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.layout = settings.redis_layout
+        self.client = FakeClient()
+        self.fail: BaseException | None = None
+        self.attempts = 0
+        self.writes: list[tuple[list[SessionUpdate], list[DeadCount]]] = []
+        self.journal: list[str] | None = None
+
+    async def write(
+        self, updates: Any, dead: Any = (), now_ms: int = 0
+    ) -> list[int]:  # the RedisSink signature
+        self.attempts += 1
+        updates, dead = list(updates), list(dead)
+        await asyncio.sleep(0)
+        if self.fail is not None:
+            raise self.fail
+        self.writes.append((updates, dead))
+        if self.journal is not None:
+            self.journal.append("redis")
+        return [1] * len(updates)
+
+    @property
+    def holds(self) -> dict[str, tuple[int, int, int]]:
+        latest: dict[str, tuple[int, int, int]] = {}
+        for updates, _ in self.writes:
+            for u in updates:
+                latest[u.session_id] = max(latest.get(u.session_id, u.version), u.version)
+        return latest
+
+    @property
+    def dead(self) -> list[DeadCount]:
+        return [d for _, dead in self.writes for d in dead]
+
+
+def make(
+    outbox: FakeOutbox | None = None,
+    on_permanent: Callable[[BaseException], None] | None = None,
+    max_pending: int = 500_000,
+) -> tuple[Publisher[int], FakeOutbox, FakeSink]:
+    settings = Settings(input_topic=TOPIC)
+    outbox = outbox or FakeOutbox()
+    sink = FakeSink(settings)
+    publisher: Publisher[int] = Publisher(
+        settings,
+        outbox,
+        sink,  # type: ignore[arg-type]
+        max_pending=max_pending,
+        on_permanent=on_permanent,
+    )
+    return publisher, outbox, sink
+
+
+def user(seq: int) -> bytes:
+    return orjson.dumps(build.user_message(seq, build.texts("abcd"), time=seq))
+
+
+def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult[int]:
+    """A folded batch: each (session, n) gets events 0..n-1; ``junk`` unreadable messages."""
+    messages: list[Message[int]] = []
+    for session_id, n in sessions:
+        for seq in range(n):
+            offset = len(messages)
+            messages.append(Message(session_id.encode(), user(seq), TOPIC, 0, offset, offset))
+    for _ in range(junk):
+        offset = len(messages)
+        messages.append(Message(b"j", b"{torn", TOPIC, 0, offset, offset))
+    return fold_batch(messages, lambda key, handle: None)
+
+
+def pending(publisher: Publisher[int]) -> dict[str, tuple[int, int, int]]:
+    return {s: u.version for s, u in publisher._pending.items()}
+
+
+def su(session_id: str, seq: int, gen: int = 1, tally: tuple[int, int, int] = (1, 0, 0)) -> Any:
+    return SessionUpdate(session_id, gen, seq, tally, b'{"seq":%d}' % seq)
+
+
+# --- delivery before ack ------------------------------------------------------------------------
+
+
+def test_publish_delivers_every_record_then_writes_redis() -> None:
+    publisher, outbox, sink = make()
+    journal: list[str] = []
+    outbox.journal = sink.journal = journal
+    result = batch(("a", 2), ("b", 1), junk=1)
+    run(publisher.publish(result))
+    kinds = [kind for kind, _ in outbox.log]
+    assert kinds.count("row") == len(result.sessions) + len(result.partitions)
+    assert kinds.count("update") == len(result.sessions) == 2
+    assert kinds.count("dead") == len(result.dead_letters) == 1
+    assert journal[-1] == "redis" and journal.count("redis") == 1  # after every delivery
+    for _, (key, payload, headers) in (e for e in outbox.log if e[0] == "update"):
+        change = next(c for c in result.sessions if c.key == key)
+        assert orjson.loads(payload) == change.update
+        assert headers == update_headers(1, (change.tally.folded, 0, 0))
+    (updates, dead) = sink.writes[0]
+    assert {u.session_id: u.seq for u in updates} == {"a": 1, "b": 0}
+    assert all(orjson.loads(u.payload)["sessionId"] == u.session_id for u in updates)
+    assert dead == [DeadCount(TOPIC, 0, 1, 1)]
+
+
+def test_failed_deliveries_are_re_sent_before_publish_returns(quick_backoff: list[float]) -> None:
+    result = batch(("a", 1), ("b", 2), junk=1)
+    # a round: each session's row and update, the partition row, the dead letter
+    per_round = 2 * len(result.sessions) + len(result.partitions) + len(result.dead_letters)
+    outbox = FakeOutbox(fail_first=2 * per_round + 1)  # two whole rounds and one record
+    publisher, _, sink = make(outbox)
+    run(publisher.publish(result))
+    assert outbox.calls == 4 * per_round  # three failed rounds, each re-sent whole
+    assert quick_backoff == [0.2, 0.4, 0.8]  # backing off between rounds
+    assert len(sink.writes) == 1  # Redis only after the round that was delivered
+
+
+def test_publish_never_returns_while_deliveries_fail() -> None:
+    publisher, _, sink = make(FakeOutbox(fail_first=10**9))
+
+    async def attempt() -> bool:
+        try:
+            await asyncio.wait_for(publisher.publish(batch(("a", 1))), 0.2)
+        except TimeoutError:
+            return False
+        return True
+
+    assert run(attempt()) is False
+    assert sink.attempts == 0
+
+
+# --- Redis: transient outages queue, coalesced -------------------------------------------------
+
+
+def test_a_transient_error_queues_the_updates_and_the_batch_goes_on() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("connection refused")
+        await publisher.publish(batch(("a", 2), ("b", 1)))  # returns: nothing raised
+        assert publisher.state.retrying
+        assert publisher.state.pending == 2
+        assert "connection refused" in publisher.state.last_error
+        assert pending(publisher) == {"a": (1, 1, 2), "b": (1, 0, 1)}
+        assert not sink.writes
+        sink.fail = None  # Redis is back
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    assert sink.holds == {"a": (1, 1, 2), "b": (1, 0, 1)}
+    assert not publisher.state.retrying and publisher.state.pending == 0
+
+
+def test_queued_updates_coalesce_per_session_and_the_newest_version_wins() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> None:
+        sink.fail = rx.TimeoutError("timed out")
+        await publisher.write_redis([su("a", 1), su("b", 4)], [])
+        await publisher.write_redis([su("a", 3)], [])
+        await publisher.write_redis([su("a", 2), su("b", 4, tally=(3, 2, 0))], [])
+        await publisher.write_redis([su("b", 4, gen=0, tally=(9, 9, 9))], [])  # older gen
+        assert pending(publisher) == {"a": (1, 3, 1), "b": (1, 4, 5)}
+        sink.fail = None
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    written = [u for updates, _ in sink.writes for u in updates]
+    assert sorted((u.session_id, u.version) for u in written) == [
+        ("a", (1, 3, 1)),
+        ("b", (1, 4, 5)),
+    ]  # one write per session: what was superseded in the queue never reached Redis
+
+
+def test_while_a_queue_drains_new_updates_queue_behind_it() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([su("a", 1)], [])
+        attempts = sink.attempts
+        sink.fail = None
+        await publisher.write_redis([su("a", 0)], [])  # queued, never written around it
+        assert sink.attempts == attempts
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    assert sink.holds == {"a": (1, 1, 1)}
+
+
+def test_dead_letter_counts_queue_too_highest_count_wins() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([], [DeadCount(TOPIC, 0, 1, 5), DeadCount(TOPIC, 1, 1, 2)])
+        await publisher.write_redis([], [DeadCount(TOPIC, 0, 1, 3)])
+        await publisher.write_redis([], [DeadCount(TOPIC, 1, 2, 1)])  # a newer generation
+        sink.fail = None
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    assert sorted(sink.dead[-2:], key=lambda d: d.partition) == [
+        DeadCount(TOPIC, 0, 1, 5),
+        DeadCount(TOPIC, 1, 2, 1),
+    ]
+
+
+def test_a_full_queue_holds_batches_until_redis_drains_it() -> None:
+    publisher, _, sink = make(max_pending=2)
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([su("a", 0)], [])
+        held = asyncio.ensure_future(publisher.write_redis([su("b", 0), su("c", 0)], []))
+        for _ in range(20):
+            await asyncio.sleep(0.001)
+        assert not held.done()  # three sessions pending, more than max_pending
+        sink.fail = None
+        await asyncio.wait_for(held, 5.0)
+
+    run(scenario())
+    assert set(sink.holds) == {"a", "b", "c"}
+
+
+def test_flush_reports_updates_still_pending() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> bool:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([su("a", 0)], [])
+        return await publisher.flush(0.05)
+
+    assert run(scenario()) is False
+
+
+# --- Redis: permanent errors stop loudly --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        PermanentRedisError("Redis refused the write: WRONGTYPE"),
+        rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        rx.AuthenticationError("invalid username-password pair"),
+        ValueError("a bug, not an outage"),
+    ],
+    ids=["permanent", "response", "auth", "other"],
+)
+def test_a_permanent_error_calls_on_permanent_and_raises(error: BaseException) -> None:
+    seen: list[BaseException] = []
+    publisher, _, sink = make(on_permanent=seen.append)
+    sink.fail = error
+    with pytest.raises(PermanentRedisError):
+        run(publisher.publish(batch(("a", 1))))
+    assert seen == [error]
+    assert not publisher._pending  # nothing queued: retrying cannot fix it
+    assert str(error)[:50] in publisher.state.last_error
+
+
+def test_a_permanent_error_while_draining_stops_the_drain() -> None:
+    seen: list[BaseException] = []
+    publisher, _, sink = make(on_permanent=seen.append)
+
+    async def scenario() -> bool:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([su("a", 0)], [])
+        sink.fail = rx.ResponseError("NOPERM this user has no permissions")
+        for _ in range(50):
+            await asyncio.sleep(0.001)
+            if seen:
+                break
+        attempts = sink.attempts
+        await asyncio.sleep(0.01)
+        assert sink.attempts == attempts  # the drain stopped; it does not loop on it
+        return await publisher.flush(0.01)
+
+    assert run(scenario()) is False
+    assert len(seen) == 1 and isinstance(seen[0], rx.ResponseError)
+
+
+# --- re-seed ------------------------------------------------------------------------------------
+
+
+def stored_rows(result: BatchResult[int]) -> list[tuple[bytes, bytes]]:
+    rows = [(c.key, c.row) for c in result.sessions]
+    return rows + [(PARTITION_KEY, p.row) for p in result.partitions]
+
+
+def test_reseed_decodes_rows_and_skips_bad_ones() -> None:
+    publisher, _, sink = make()
+    result = batch(("a", 3), ("b", 1), junk=2)
+    rows = [
+        *stored_rows(result),
+        (b"torn", b"\x00not a row"),
+        (b"schema", b"[1]"),
+        (b"\xfe\xff", result.sessions[0].row),  # a key that is not UTF-8
+        (PARTITION_KEY, b"junk"),
+    ]
+    sent = run(publisher.reseed(rows, 0))
+    assert sent == 2 and publisher.state.reseeded_sessions == 2
+    (updates, dead) = sink.writes[0]
+    by_id = {u.session_id: u for u in updates}
+    assert set(by_id) == {"a", "b"}
+    for change in result.sessions:
+        record = codec.decode(change.row)
+        assert orjson.loads(by_id[change.session_id].payload) == update(change.session_id, record)
+        assert by_id[change.session_id].seq == change.update["seq"]
+        assert by_id[change.session_id].tally == tuple(record.tally.as_list())
+    assert dead == [DeadCount(TOPIC, 0, 1, 2)]
+
+
+def test_reseed_goes_out_in_chunks() -> None:
+    publisher, _, sink = make()
+    rows = stored_rows(batch(*((f"s{i}", 1) for i in range(2001))))
+    assert run(publisher.reseed(rows, 3)) == 2001
+    assert [len(updates) for updates, _ in sink.writes] == [2000, 1]
+
+
+def test_reseed_queues_like_any_write_when_redis_is_down() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> int:
+        sink.fail = rx.ConnectionError("down")
+        sent = await publisher.reseed(stored_rows(batch(("a", 1))), 0)
+        assert set(publisher._pending) == {"a"}
+        sink.fail = None
+        assert await publisher.flush(5.0)
+        return sent
+
+    assert run(scenario()) == 1
+    assert set(sink.holds) == {"a"}
+
+
+def test_the_marker_names_the_generation_and_run() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> tuple[bool, bool]:
+        before = await publisher.marker_present()
+        await publisher.set_marker()
+        return before, await publisher.marker_present()
+
+    assert run(scenario()) == (False, True)
+    assert sink.client.keys == {"ctx:marker": f"1:{publisher.run_id}"}
+
+
+# --- small parts --------------------------------------------------------------------------------
+
+
+def test_update_headers() -> None:
+    assert update_headers(2, (3, 1, 0)) == [("gen", b"2"), ("tally", b"3 1 0")]
+
+
+def test_backoff_doubles_to_its_cap_and_resets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()  # the real wait, with asyncio.sleep recorded instead of slept
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    monkeypatch.setattr(publisher_module.asyncio, "sleep", sleep)
+    backoff = Backoff(0.1, 0.5)
+
+    async def scenario() -> None:
+        for _ in range(5):
+            await backoff.wait()
+        backoff.reset()
+        await backoff.wait()
+
+    run(scenario())
+    assert slept == [0.1, 0.2, 0.4, 0.5, 0.5, 0.1]
