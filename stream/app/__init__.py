@@ -13,9 +13,12 @@ def __getattr__(name: str) -> Any:
         from stream.app.service import build_app
         from stream.config import Settings
         from stream.ops.admin import ensure_topics
+        from stream.ops.control import worker_settings
 
         settings = Settings.from_env()
-        # Same start-up as `stream worker`: the table needs the input's partition count.
-        globals()["app"] = built = build_app(settings, ensure_topics(settings))
+        # Same start-up as `stream worker`: the table needs the input's partition count,
+        # the local state its epoch check, the updates the control record's generation.
+        partitions = ensure_topics(settings)
+        globals()["app"] = built = build_app(worker_settings(settings), partitions)
         return built
     raise AttributeError(name)

@@ -68,30 +68,48 @@ def limits_of(settings: Settings) -> Limits:
 
 
 class _Outbox:
-    """The Kafka side of publishing, in Faust terms; every call returns its delivery."""
+    """The Kafka side of publishing, in Faust terms; every call returns its delivery.
 
-    def __init__(self, table: Any, output: Any, dead_letters: Any) -> None:
+    Rows go to the RocksDB store through the table (``table[key] = row``) and their
+    changelog records, like the updates and dead letters, through one ``BatchSender``:
+    a batch's records leave grouped by topic partition (stream.app.transport).
+    """
+
+    def __init__(self, app: Any, table: Any, output: str, dead_letters: str) -> None:
         self.table, self.output, self.dead = table, output, dead_letters
-        self._last: Any = None
-        # Faust drops the changelog send's future inside ``table[key] = row``; keep it,
-        # so the publisher can wait for the row's delivery like any other record.
+        self.sender = transport.BatchSender(app)
+        self._last: Awaitable[Any] | None = None
+        # Faust would queue the changelog record inside ``table[key] = row`` (and drop its
+        # future); ours goes out with the batch's other records, and its delivery is kept.
         table.on_key_set = self._on_key_set
 
     def _on_key_set(self, key: Any, value: Any) -> None:
         table = self.table
-        self._last = table.send_changelog(table.partition_for_key(key), key, value)
+        partition = table.partition_for_key(key)  # the bound event's input partition
+        self._last = self.sender.add(
+            table.changelog_topic.get_topic_name(),
+            partition,
+            key,
+            value,
+            on_sent=self._persisted,
+        )
+
+    def _persisted(self, partition: int, offset: int) -> None:
+        # What Faust's Table._on_changelog_sent does: the store remembers the changelog
+        # offset it holds, so a restart with local state recovers only what follows.
+        self.table.data.set_persisted_offset(TP(self.table.changelog_topic_name, partition), offset)
 
     def write_row(self, key: bytes, row: bytes, handle: Any) -> Awaitable[Any]:
         with bound(handle):  # the row's partition is the input partition of its events
             self.table[key] = row
-        future: Awaitable[Any] = self._last
+        future = self._last
+        assert future is not None
         return future
 
     def send_update(
         self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
     ) -> Awaitable[Any]:
-        future: Awaitable[Any] = self.output.send_soon(key=key, value=payload, headers=headers)
-        return future
+        return self.sender.add(self.output, None, key, payload, headers)
 
     def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]:
         log.warning(
@@ -101,10 +119,7 @@ class _Outbox:
             letter.offset,
             letter.reason,
         )
-        future: Awaitable[Any] = self.dead.send_soon(
-            key=None, value=letter.value, headers=letter.headers()
-        )
-        return future
+        return self.sender.add(self.dead, None, None, letter.value, letter.headers())
 
 
 def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
@@ -129,6 +144,9 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         producer_acks=-1,
         producer_linger=settings.producer_linger,
         producer_max_request_size=1_048_576,
+        # A batch's records leave as one record batch per topic partition (BatchSender):
+        # let one hold a few hundred rows or updates, still well under the request size.
+        producer_max_batch_size=262_144,
         broker_commit_interval=settings.commit_interval,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
@@ -145,8 +163,6 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         "value_serializer": "raw",
     }
     source = app.topic(settings.input_topic, partitions=partitions, **raw)
-    output = app.topic(settings.output_topic, partitions=partitions, **raw)
-    dead_letters = app.topic(settings.dlq_topic, **raw)
     table = app.Table(
         TABLE_NAME,
         default=None,
@@ -161,7 +177,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     table.changelog_topic = table._new_changelog_topic()  # type: ignore[attr-defined]
     limits = limits_of(settings)
     totals = Counts()
-    outbox = _Outbox(table, output, dead_letters)
+    outbox = _Outbox(app, table, settings.output_topic, settings.dlq_topic)
     publisher: Publisher[Any] | None = None
     stats = metrics.Metrics.create(settings)
 

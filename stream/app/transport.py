@@ -42,6 +42,7 @@ from typing import Any
 from faust.sensors.monitor import Monitor
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 log = logging.getLogger("stream.transport")
 
@@ -214,6 +215,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         found = cache.get(tp)
         if found is None:
             on_topic_buffer_full = self.app.sensors.on_topic_buffer_full
+            tp = TP(tp.topic, tp.partition)  # Faust's TP: the consumer's sets hold only those
 
             def high() -> None:
                 on_topic_buffer_full(tp)
@@ -282,6 +284,114 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
             yield taken
 
 
+class BatchSender:
+    """Records out in one Kafka batch per topic partition, not one Faust send each.
+
+    Faust's ``send_soon`` queues every record on the producer buffer, which one task
+    sends one at a time (and which makes the consumer wait whenever more than 100 are
+    queued). Here a batch's records are collected as they are produced, grouped by topic
+    partition, appended to aiokafka ``BatchBuilder``s and submitted with ``send_batch``:
+    a few records' worth of Python per record, and each partition's records in as few
+    produce requests as the broker allows. ``add`` returns the future of the record's
+    delivery (shared by the records of one builder); the records go out on the next turn
+    of the loop. The partition is the given one, else the producer's partitioner
+    (murmur2 of the key, as ``send`` would pick).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._pending: list[tuple[str, int | None, bytes | None, bytes, Any, Any]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    def add(
+        self,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]] | None = None,
+        on_sent: Callable[[int, int], None] | None = None,
+    ) -> "asyncio.Future[Any]":
+        """Queue one record; ``on_sent(partition, offset)`` runs once it is delivered."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((topic, partition, key, value, headers, (future, on_sent)))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.ensure_future(self._flush())
+        return future
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # the rest of the batch's records join first
+        pending, self._pending = self._pending, []
+        try:
+            await self._send(pending)
+        except BaseException as error:
+            for *_, (future, _) in pending:
+                if not future.done():
+                    future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+
+    async def _send(self, pending: list[Any]) -> None:
+        producer = self.app.producer._ensure_producer()  # aiokafka's, on this loop
+        groups: dict[tuple[str, int], list[Any]] = {}
+        partitioners: dict[str, Callable[[bytes | None], int]] = {}
+        for record in pending:
+            topic, partition = record[0], record[1]
+            if partition is None:
+                pick = partitioners.get(topic)
+                if pick is None:
+                    pick = partitioners[topic] = await self._partitioner(producer, topic)
+                partition = pick(record[2])
+            groups.setdefault((topic, partition), []).append(record)
+        for (topic, partition), records in groups.items():
+            start = 0
+            while start < len(records):
+                batch = producer.create_batch()
+                end = start
+                while end < len(records):
+                    _, _, key, value, headers, _ = records[end]
+                    if batch.append(timestamp=None, key=key, value=value, headers=headers or []):
+                        end += 1
+                    else:
+                        break
+                if end == start:
+                    raise ValueError(f"a record of {len(records[start][3]):,} bytes does not fit")
+                batch.close()
+                delivery = await producer.send_batch(batch, topic, partition=partition)
+                delivery.add_done_callback(_resolver(records[start:end], partition))
+                start = end
+
+    @staticmethod
+    async def _partitioner(producer: Any, topic: str) -> Callable[[bytes | None], int]:
+        await producer.client._wait_on_metadata(topic)
+        metadata = producer.client.cluster
+        every = list(metadata.partitions_for_topic(topic))
+        available = list(metadata.available_partitions_for_topic(topic))
+        choose = producer._partitioner
+
+        def pick(key: bytes | None) -> int:
+            return int(choose(key, every, available))
+
+        return pick
+
+
+def _resolver(records: list[Any], partition: int) -> Callable[[Any], None]:
+    def resolve(delivery: Any) -> None:
+        error = delivery.exception() if not delivery.cancelled() else asyncio.CancelledError()
+        base: int = 0 if error else delivery.result().offset
+        for index, (*_, (future, on_sent)) in enumerate(records):
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+                continue
+            if on_sent is not None:
+                on_sent(partition, base + index)
+            future.set_result(None)
+
+    return resolve
+
+
 def ack(events: Iterable[Any]) -> None:
     """Ack delivered events (Faust's ``Event.ack``: the offsets become committable)."""
     for event in events:
@@ -290,6 +400,7 @@ def ack(events: Iterable[Any]) -> None:
 
 __all__ = [
     "FAUST_VERSION",
+    "BatchSender",
     "BulkConsumer",
     "BulkTransport",
     "LeanMonitor",

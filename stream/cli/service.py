@@ -30,11 +30,16 @@ def register(commands: Any) -> None:
     produce.add_argument("--rate", type=float, metavar="R", help="at most R events per second")
     produce.add_argument("--topic", help="override STREAM_INPUT_TOPIC")
     produce.add_argument(
+        "--reset",
+        action="store_true",
+        help="start each session over under a new generation (claimed from the control"
+        " topic): rebuilds sessions whose beginning fell out of the input topic's retention",
+    )
+    produce.add_argument(
         "--reset-generation",
         type=int,
         metavar="G",
-        help="start each session over under generation G first (G above any used before):"
-        " rebuilds sessions whose beginning fell out of the input topic's retention",
+        help="like --reset, under generation G (above any used before)",
     )
     produce.set_defaults(run=run_produce)
 
@@ -45,12 +50,13 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from stream.app.service import build_app
     from stream.ops.admin import ensure_topics
-    from stream.ops.control import prepare_state
+    from stream.ops.control import worker_settings
 
     settings = Settings.from_env()
     try:
         partitions = ensure_topics(settings)
-        prepare_state(settings)  # before Faust opens RocksDB: drop state a rebuild discarded
+        # Before Faust opens RocksDB: drop state a rebuild discarded, take its generation.
+        settings = worker_settings(settings)
     except (KafkaException, RuntimeError) as error:
         print(
             f"stream worker: cannot prepare topics on {settings.bootstrap_servers}: {error}",
@@ -109,9 +115,13 @@ def run_produce(args: argparse.Namespace) -> int:
     if args.reset_generation is not None and args.reset_generation < 1:
         print("stream produce: --reset-generation must be at least 1", file=sys.stderr)
         return 2
-    report = produce(
-        settings, args.paths, args.segment, args.rate, args.topic, reset=args.reset_generation
-    )
+    reset = args.reset_generation
+    if args.reset and reset is None:
+        from stream.ops.control import claim_generation
+
+        reset = claim_generation(settings)
+        print(f"stream produce: resetting sessions under generation {reset}", file=sys.stderr)
+    report = produce(settings, args.paths, args.segment, args.rate, args.topic, reset=reset)
     for line in report.skipped:
         print(f"stream produce: skipped {line}", file=sys.stderr)
     for error in report.errors:

@@ -1,8 +1,8 @@
 """The rebuild control record, and each worker's side of it: drop discarded local state.
 
 One compacted, single-partition topic ``{STREAM_APP_ID}-control`` holds one record (key
-``control``, JSON value), written with acks=all by ``stream replay --rebuild`` and read by
-every worker before Faust starts (``prepare_state``):
+``control``, JSON value), written with acks=all by ``stream replay --rebuild`` (or
+``--new-generation``) and read by every worker before Faust starts (``prepare_state``):
 
 - ``generation``: the rebuild generation. A worker writes to Redis with the larger of it
   and ``STREAM_GENERATION``, so rebuilt updates replace what is stored while a worker still
@@ -434,3 +434,22 @@ def prepare_state(
             state_dir,
         )
     return control
+
+
+def worker_settings(settings: Settings) -> Settings:
+    """The settings a worker runs with: its local state checked against the control
+    record's epoch (``prepare_state``) and the rebuild generation taken from it, so nobody
+    edits ``STREAM_GENERATION`` by hand. Raises ``RuntimeError`` like ``prepare_state``."""
+    control = prepare_state(settings)
+    return replace(settings, generation=control.worker_generation(settings.generation))
+
+
+def claim_generation(settings: Settings) -> int:
+    """Move the control record's generation one above any in use and return it: what a
+    ``stream produce --reset`` writes its sessions under, so a later rebuild (which moves
+    above it again) can never publish below them."""
+    current = read_control(settings)
+    following = plan_generation(current, settings.generation)
+    assert following is not None  # a bare bump always moves
+    write_control(settings, following.stamped())
+    return following.generation

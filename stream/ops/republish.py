@@ -41,7 +41,10 @@ def _update(key: bytes, value: bytes, headers: Any) -> SessionUpdate:
     gen = int(found.get("gen", b"1"))
     tally_text = found.get("tally", b"0 0 0").decode().split()
     folded, duplicate, faulted = (int(n) for n in tally_text)
-    return SessionUpdate(key.decode(), gen, int(body["seq"]), (folded, duplicate, faulted), value)
+    v = int(found.get("v", b"0"))
+    return SessionUpdate(
+        key.decode(), gen, int(body["seq"]), (folded, duplicate, faulted), value, v
+    )
 
 
 def read_latest(

@@ -39,7 +39,7 @@ from stream.publish.redis_sink import (
 )
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter
-from stream.session.processor import update
+from stream.session.processor import update, view_version
 
 log = logging.getLogger("stream.publish")
 
@@ -73,9 +73,13 @@ class Backoff:
         self.delay = self.first
 
 
-def update_headers(gen: int, tally: tuple[int, int, int]) -> list[tuple[str, bytes]]:
+def update_headers(gen: int, tally: tuple[int, int, int], v: int) -> list[tuple[str, bytes]]:
     """What a reader of the output topic needs to re-seed Redis exactly."""
-    return [("gen", str(gen).encode()), ("tally", " ".join(map(str, tally)).encode())]
+    return [
+        ("gen", str(gen).encode()),
+        ("tally", " ".join(map(str, tally)).encode()),
+        ("v", str(v).encode()),
+    ]
 
 
 @dataclass
@@ -121,6 +125,7 @@ class Publisher(Generic[M]):
                 c.update["seq"],
                 (c.tally.folded, c.tally.duplicate, c.tally.faulted),
                 orjson.dumps(c.update),
+                c.view_version,
             )
             for c in result.sessions
         ]
@@ -141,7 +146,7 @@ class Publisher(Generic[M]):
                     outbox.send_update(
                         change.key,
                         orjson.dumps(change.update),
-                        update_headers(max(gen, change.gen), tally),
+                        update_headers(max(gen, change.gen), tally, change.view_version),
                     )
                 )
             for part in result.partitions:
@@ -281,6 +286,7 @@ class Publisher(Generic[M]):
                     body["seq"],
                     (t.folded, t.duplicate, t.faulted),
                     orjson.dumps(body),
+                    view_version(record),
                 )
             )
             if len(batch) >= 2000:

@@ -24,14 +24,17 @@ from redis import exceptions as rx
 from stream.config import Settings
 
 # KEYS: session key (= channel), tallies hash, stats hash, recent zset
-# ARGV: gen, seq, n, update JSON, ttl seconds (0: none), now ms, session id, "f d x"
+# ARGV: gen, seq, n, update JSON, ttl seconds (0: none), now ms, session id, "f d x", v
 SESSION_WRITE = """
-local stored = redis.call('HMGET', KEYS[1], 'gen', 'seq', 'n')
-local gen, seq, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local stored = redis.call('HMGET', KEYS[1], 'gen', 'seq', 'n', 'v')
+local new = {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])}
 if stored[1] then
-  local g0, s0, n0 = tonumber(stored[1]), tonumber(stored[2]), tonumber(stored[3] or '0')
-  if gen < g0 or (gen == g0 and (seq < s0 or (seq == s0 and n < n0))) then return 0 end
-  if gen == g0 and seq == s0 and n == n0 then return 2 end
+  for i = 1, 4 do
+    local old = tonumber(stored[i] or '0')
+    if new[i] < old then return 0 end
+    if new[i] > old then break end
+    if i == 4 then return 2 end
+  end
 end
 local old = redis.call('HGET', KEYS[2], ARGV[7])
 local o = {0, 0, 0}
@@ -47,7 +50,8 @@ for v in string.gmatch(ARGV[8], '%S+') do
   i = i + 1
 end
 redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
-redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'seq', ARGV[2], 'n', ARGV[3], 'update', ARGV[4])
+redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'seq', ARGV[2], 'n', ARGV[3], 'v', ARGV[9],
+  'update', ARGV[4])
 if tonumber(ARGV[5]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
 redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -10001)  -- the 10,000 most recent only
@@ -99,10 +103,12 @@ class SessionUpdate:
     seq: int
     tally: tuple[int, int, int]  # folded, duplicate, faulted
     payload: bytes  # the update JSON
+    view_version: int = 0  # processor.view_version
 
     @property
-    def version(self) -> tuple[int, int, int]:
-        return (self.gen, self.seq, sum(self.tally))
+    def version(self) -> tuple[int, int, int, int]:
+        """What the guard compares, in order: generation, seq, events counted, views."""
+        return (self.gen, self.seq, sum(self.tally), self.view_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +167,7 @@ class RedisSink:
                     now_ms,
                     u.session_id,
                     " ".join(map(str, u.tally)),
+                    u.view_version,
                 ],
                 client=pipe,
             )

@@ -31,6 +31,7 @@ from stream.session.processor import (
     process,
     process_run,
     update,
+    view_version,
 )
 
 M = TypeVar("M")  # the transport's message handle (a Faust event in the worker)
@@ -146,6 +147,7 @@ class SessionChange(Generic[M]):
     update: dict[str, Any]
     tally: Tally  # the session's totals after the batch (published with the update)
     gen: int = 0  # the session's own generation (after a reset), 0: the deployment's
+    view_version: int = 0  # processor.view_version: breaks ties of (gen, seq, n) in Redis
 
 
 @dataclass(slots=True)
@@ -379,6 +381,7 @@ class _Batch(Generic[M]):
                     update(session_id, record),
                     record.tally,
                     record.gen,
+                    view_version(record),
                 )
             )
         for partition, (row, before_dead, handle) in self.partitions.items():

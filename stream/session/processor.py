@@ -270,6 +270,14 @@ def published_seq(record: SessionRecord) -> int:
     return record.seen
 
 
+def view_version(record: SessionRecord) -> int:
+    """How new the code behind the published views is: the sum of the state versions of
+    the projections that show a view. A version bump raises it once the rebuilt view is
+    complete, so Redis takes the rebuilt update although its seq did not move, and an
+    older worker's update of the same seq cannot replace it."""
+    return sum(slot.projection.version for slot in record.slots.values() if not slot.rebuilding)
+
+
 def views(record: SessionRecord) -> dict[str, dict[str, int]]:
     """Each projection's view; one waiting for a rebuild replay has none to show yet."""
     return {

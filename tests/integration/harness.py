@@ -159,6 +159,7 @@ class Worker:
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0  # how many times this worker became ready (the log is appended)
     metrics_port: int = 0
+    module: str = "stream"  # what `python -m` runs: a test may run a changed build
 
     def metrics(self) -> dict[str, float]:
         """The worker's Prometheus samples, ``name{labels}`` -> value (empty if down)."""
@@ -205,7 +206,7 @@ class Worker:
         )
         self.log_file = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "stream", "worker"],
+            [sys.executable, "-m", self.module, "worker"],
             env=env,
             cwd=REPO,
             stdout=self.log_file,

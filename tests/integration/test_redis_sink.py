@@ -107,3 +107,13 @@ def test_a_foreign_key_is_a_permanent_error(redis_url: str) -> None:
     _client(settings).set(settings.redis_layout.session_key("s"), "not a hash")
     with pytest.raises(PermanentRedisError, match="WRONGTYPE"):
         _write(settings, _update(1, "x"))
+
+
+def test_a_rebuilt_view_of_the_same_seq_wins_and_an_older_build_does_not(redis_url: str) -> None:
+    settings = _settings(redis_url)
+    body = orjson.dumps({"sessionId": "s", "seq": 4, "marker": "v8"})
+    assert _write(settings, SessionUpdate("s", 1, 4, (5, 0, 0), body, 8)) == [1]
+    rebuilt = orjson.dumps({"sessionId": "s", "seq": 4, "marker": "v9"})
+    assert _write(settings, SessionUpdate("s", 1, 4, (5, 0, 0), rebuilt, 9)) == [1]
+    assert _write(settings, SessionUpdate("s", 1, 4, (5, 0, 0), body, 8)) == [0]  # a zombie
+    assert _stored(settings)["marker"] == "v9"

@@ -237,10 +237,6 @@ def test_replay_refuses_live_members_and_lag_equals_the_brokers_figures(
     assert f"lag {lag:,}" in watched.stdout and "records/s" in watched.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run_worker does not yet publish with prepare_state(...).worker_generation(...)",
-)
 def test_workers_publish_with_the_rebuild_generation(
     deployment: Deployment, tmp_path: Path
 ) -> None:

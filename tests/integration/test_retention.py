@@ -1,5 +1,5 @@
 """A session whose beginning fell out of the input topic's retention is rebuilt from its
-logs: `stream produce --reset-generation G` ends exact, not with a gap fault."""
+logs: `stream produce --reset` ends exact, not with a gap fault."""
 
 import random
 from pathlib import Path
@@ -67,7 +67,7 @@ def test_sessions_past_retention_are_rebuilt_exactly_from_their_logs(
 
     wait_until(lambda: bool(gapped()), 60, "a loud gap fault")
     # The documented repair: produce the logs again under a new generation.
-    deployment.stream("produce", "--reset-generation", "2", *map(str, paths))
+    deployment.stream("produce", "--reset", *map(str, paths))
     wait_until(
         lambda: all(deployment.redis_update(s) == line for s, line in expected.items()),
         60,

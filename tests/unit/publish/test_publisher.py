@@ -127,7 +127,7 @@ class FakeSink:
         latest: dict[str, tuple[int, int, int]] = {}
         for updates, _ in self.writes:
             for u in updates:
-                latest[u.session_id] = max(latest.get(u.session_id, u.version), u.version)
+                latest[u.session_id] = max(latest.get(u.session_id, u.version[:3]), u.version[:3])
         return latest
 
     @property
@@ -171,7 +171,7 @@ def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult[int]:
 
 
 def pending(publisher: Publisher[int]) -> dict[str, tuple[int, int, int]]:
-    return {s: u.version for s, u in publisher._pending.items()}
+    return {s: u.version[:3] for s, u in publisher._pending.items()}
 
 
 def su(session_id: str, seq: int, gen: int = 1, tally: tuple[int, int, int] = (1, 0, 0)) -> Any:
@@ -195,7 +195,7 @@ def test_publish_delivers_every_record_then_writes_redis() -> None:
     for _, (key, payload, headers) in (e for e in outbox.log if e[0] == "update"):
         change = next(c for c in result.sessions if c.key == key)
         assert orjson.loads(payload) == change.update
-        assert headers == update_headers(1, (change.tally.folded, 0, 0))
+        assert headers == update_headers(1, (change.tally.folded, 0, 0), change.view_version)
     (updates, dead) = sink.writes[0]
     assert {u.session_id: u.seq for u in updates} == {"a": 1, "b": 0}
     assert all(orjson.loads(u.payload)["sessionId"] == u.session_id for u in updates)
@@ -265,7 +265,7 @@ def test_queued_updates_coalesce_per_session_and_the_newest_version_wins() -> No
 
     run(scenario())
     written = [u for updates, _ in sink.writes for u in updates]
-    assert sorted((u.session_id, u.version) for u in written) == [
+    assert sorted((u.session_id, u.version[:3]) for u in written) == [
         ("a", (1, 3, 1)),
         ("b", (1, 4, 5)),
     ]  # one write per session: what was superseded in the queue never reached Redis
@@ -447,7 +447,7 @@ def test_the_marker_names_the_generation_and_run() -> None:
 
 
 def test_update_headers() -> None:
-    assert update_headers(2, (3, 1, 0)) == [("gen", b"2"), ("tally", b"3 1 0")]
+    assert update_headers(2, (3, 1, 0), 8) == [("gen", b"2"), ("tally", b"3 1 0"), ("v", b"8")]
 
 
 def test_backoff_doubles_to_its_cap_and_resets(monkeypatch: pytest.MonkeyPatch) -> None:
