@@ -257,7 +257,10 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
     inbound = app.monitor.stream_inbound_time
     loop = asyncio.get_running_loop()
     while not stream.should_stop:
-        events = [await queue.get()]
+        try:
+            events = [await queue.get()]
+        except StopAsyncIteration:  # the channel is closing (shutdown)
+            return
         if linger > 0 and queue.qsize() + 1 < max_:
             deadline = loop.time() + linger
             while queue.qsize() + 1 < max_:

@@ -82,7 +82,7 @@ def producer_for(deployment: Deployment, **extra: Any) -> Producer:
         "message.timeout.ms": 600_000,
         "queue.buffering.max.messages": 200_000,
         "message.max.bytes": 4_000_000,
-        "log_level": 3,
+        "log_level": 2,
     }
     return Producer(conf | extra)
 
@@ -966,7 +966,7 @@ def consumer_lag(deployment: Deployment) -> dict[int, int]:
     topic = input_topic(deployment)
     consumer = Consumer(
         client_conf(deployment)
-        | {"group.id": deployment.name, "enable.auto.commit": False, "log_level": 3}
+        | {"group.id": deployment.name, "enable.auto.commit": False, "log_level": 2}
     )
     try:
         partitions = consumer.list_topics(topic, timeout=20).topics[topic].partitions
