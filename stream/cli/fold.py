@@ -4,8 +4,9 @@ import argparse
 import sys
 from typing import Any
 
+from stream.cli.progress import progress
 from stream.contract.jsontext import dumps
-from stream.logs.reader import read_logs
+from stream.logs.reader import log_files, read_logs
 from stream.session.offline import fold_lines
 from stream.session.processor import SessionRecord, Tally, update
 
@@ -29,15 +30,17 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     records: dict[str, SessionRecord] = {}
-    for log in read_logs(args.paths):
-        record = records.get(log.session_id)
-        if record is None:
-            record = records[log.session_id] = SessionRecord.new()
-        for bad in fold_lines(record, log.lines(), args.every_event):
-            if bad is None:
-                out.write(dumps(update(log.session_id, record)) + b"\n")
-            else:
-                print(f"stream fold: {log.where(bad)}", file=sys.stderr)
+    with progress("folding", total=len(log_files(args.paths)), unit="logs") as bar:
+        for log in read_logs(args.paths):
+            record = records.get(log.session_id)
+            if record is None:
+                record = records[log.session_id] = SessionRecord.new()
+            for bad in fold_lines(record, log.lines(), args.every_event):
+                if bad is None:
+                    out.write(dumps(update(log.session_id, record)) + b"\n")
+                else:
+                    print(f"stream fold: {log.where(bad)}", file=sys.stderr)
+            bar.advance(1)
     if not args.every_event:
         for session_id, record in records.items():
             if record.seen >= 0:

@@ -121,7 +121,12 @@ def run_produce(args: argparse.Namespace) -> int:
 
         reset = claim_generation(settings)
         print(f"stream produce: resetting sessions under generation {reset}", file=sys.stderr)
-    report = produce(settings, args.paths, args.segment, args.rate, args.topic, reset=reset)
+    from stream.cli.progress import progress
+
+    with progress("producing", unit="events") as bar:
+        report = produce(
+            settings, args.paths, args.segment, args.rate, args.topic, bar.advance, reset=reset
+        )
     for line in report.skipped:
         print(f"stream produce: skipped {line}", file=sys.stderr)
     for error in report.errors:

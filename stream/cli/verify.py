@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from stream.cli.progress import progress
 from stream.contract.errors import ContractError
 from stream.contract.events import METERING_TYPES, Event, Replace
 from stream.contract.jsontext import dumps
@@ -80,57 +81,58 @@ def _classify(report: Report, event: Event, previous: Event | None) -> None:
     report.other_replacements += 1
 
 
+def _check(report: Report, sessions: dict[str, "_Session"], session_id: str, event: Any) -> None:
+    """One event through both folds, compared."""
+    if isinstance(event, BadLine):
+        report.unreadable += 1
+        return
+    state = sessions.get(session_id)
+    if state is None:
+        state = sessions[session_id] = _Session()
+    if isinstance(event, ChunkRun):  # passive deltas: views cannot move within the run
+        count = event.size
+        state.previous = None
+        process_run(state.record, event.seq0, count)
+    else:
+        count = 1
+        _classify(report, event, state.previous)
+        state.previous = event
+        process(state.record, event)
+    report.events += count
+    if not isinstance(event, ChunkRun) and not state.surface_failed:
+        try:
+            state.surface.fold(event)
+        except (ContractError, RecursionError, ValueError, TypeError):
+            state.surface_failed = True
+            report.positional_errors += 1
+    slot = state.record.slots[_BREAKDOWN]
+    if slot.fault is None and not state.surface_failed:
+        report.compared += count
+        ours = CONTEXT_BREAKDOWN.view(slot.state)
+        positional = state.surface.breakdown()
+        if ours == positional:
+            report.agreed += count
+        elif len(report.first_disagreements) < 10:
+            seq = event.seq0 if isinstance(event, ChunkRun) else event.seq
+            report.first_disagreements.append(
+                {
+                    "sessionId": session_id,
+                    "seq": seq,
+                    "projection": ours,
+                    "positional": positional,
+                }
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     report = Report()
     total_files = len(log_files(args.paths))
     sessions: dict[str, _Session] = {}
-    progress = _Progress(total_files) if sys.stderr.isatty() else None
-    for session_id, event in (
-        (log.session_id, event) for log in read_logs(args.paths) for _, event in events(log.lines())
-    ):
-        if isinstance(event, BadLine):
-            report.unreadable += 1
-            continue
-        state = sessions.get(session_id)
-        if state is None:
-            state = sessions[session_id] = _Session()
-            if progress:
-                progress.tick(len(sessions))
-        if isinstance(event, ChunkRun):  # passive deltas: views cannot move within the run
-            count = event.size
-            state.previous = None
-            process_run(state.record, event.seq0, count)
-        else:
-            count = 1
-            _classify(report, event, state.previous)
-            state.previous = event
-            process(state.record, event)
-        report.events += count
-        if not isinstance(event, ChunkRun) and not state.surface_failed:
-            try:
-                state.surface.fold(event)
-            except (ContractError, RecursionError, ValueError, TypeError):
-                state.surface_failed = True
-                report.positional_errors += 1
-        slot = state.record.slots[_BREAKDOWN]
-        if slot.fault is None and not state.surface_failed:
-            report.compared += count
-            ours = CONTEXT_BREAKDOWN.view(slot.state)
-            positional = state.surface.breakdown()
-            if ours == positional:
-                report.agreed += count
-            elif len(report.first_disagreements) < 10:
-                seq = event.seq0 if isinstance(event, ChunkRun) else event.seq
-                report.first_disagreements.append(
-                    {
-                        "sessionId": session_id,
-                        "seq": seq,
-                        "projection": ours,
-                        "positional": positional,
-                    }
-                )
-    if progress:
-        progress.done()
+    with progress("verifying", total=total_files, unit="logs") as bar:
+        for log in read_logs(args.paths):
+            for _, event in events(log.lines()):
+                _check(report, sessions, log.session_id, event)
+            bar.advance(1)
     for state in sessions.values():
         report.sessions += 1
         report.projection_faults += sum(s.fault is not None for s in state.record)
@@ -169,19 +171,3 @@ def _print(report: Report) -> None:
         print(
             f"  {item['sessionId']} seq {item['seq']}: {item['projection']} != {item['positional']}"
         )
-
-
-class _Progress:
-    """A one-line progress bar on stderr (only on a terminal)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = max(total, 1)
-
-    def tick(self, count: int) -> None:
-        width = 30
-        filled = width * min(count, self.total) // self.total
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {count}/{self.total} logs")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        sys.stderr.write("\n")
