@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint types unit oracle integration bench clean
+.PHONY: setup demo test lint types unit oracle integration bench bench-smoke clean
 
 # Everything the project needs on a fresh Debian machine: the venv, the Node oracle,
 # a Kafka assembled from Maven Central, and redis-server.
@@ -53,8 +53,14 @@ chart: $(STAMP)
 	@bash deploy/chart-check.sh
 	$(PY) -m pytest tests/deploy -q
 
+# Every performance figure from one run, one table (docs/performance.md); bench-smoke is
+# the same code paths on small loads, under a minute, for CI.
 bench: setup
-	$(PY) -m benchmarks.fold
+	@$(PY) -c 'import quixstreams' 2>/dev/null || $(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m benchmarks.run
+
+bench-smoke: setup
+	$(PY) -m benchmarks.run --smoke
 
 clean:
 	rm -rf $(VENV) tests/oracle/node_modules .mypy_cache .ruff_cache .pytest_cache

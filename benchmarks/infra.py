@@ -23,6 +23,8 @@ from stream.contract.jsontext import dumps
 from stream.ops.produce import segments
 
 REPO = Path(__file__).resolve().parents[1]
+# Where workers run from: another checkout (its stream/ package) to measure a before/after.
+WORKER_TREE = Path(os.environ.get("BENCH_WORKER_TREE") or REPO)
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -66,6 +68,15 @@ class Infra:
         finally:
             consumer.close()
 
+    def server_pids(self) -> dict[str, int]:
+        """The broker's and Redis' process ids (for their CPU), where they can be found."""
+        found = {}
+        broker = listening_pid(int(self.bootstrap.split(",")[0].rsplit(":", 1)[1]))
+        if broker:
+            found["broker"] = broker
+        found["redis"] = int(self.redis().info("server")["process_id"])
+        return found
+
     def redis_counters(self) -> dict[str, int]:
         """Commands Redis executed (scripts' inner calls included), and EVALSHA calls."""
         client = self.redis()
@@ -78,6 +89,42 @@ class Infra:
             "publish": calls.get("publish", 0),
             "all_calls": sum(calls.values()),
         }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process, all its threads (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+def listening_pid(port: int) -> int | None:
+    """The process listening on a local TCP port (to read the broker's CPU)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(parts[9])
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
 
 
 @contextmanager
@@ -195,8 +242,9 @@ class WorkerProcess:
             **env,
         )
         output: IO[bytes] = self.log_path.open("ab")
+        environment["PYTHONPATH"] = os.pathsep.join([str(WORKER_TREE), str(REPO)])
         self.process = subprocess.Popen(
-            command, env=environment, cwd=REPO, stdout=output, stderr=subprocess.STDOUT
+            command, env=environment, cwd=WORKER_TREE, stdout=output, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + timeout
         while "Worker]: Ready" not in self.log_path.read_text(errors="replace"):
@@ -207,8 +255,7 @@ class WorkerProcess:
     def cpu_seconds(self) -> float:
         """User + system CPU of the worker process, all its threads."""
         assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+        return cpu_seconds(self.process.pid)
 
     def requests(self) -> dict[str, int]:
         try:

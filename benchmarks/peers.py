@@ -53,7 +53,7 @@ def run_ck(args: argparse.Namespace) -> None:
     first = last = 0.0
     try:
         while seen < args.expect:
-            batch = consumer.consume(10_000, 1.0)
+            batch = consumer.consume(1_000, 1.0)
             if not batch:
                 continue
             for message in batch:
@@ -75,6 +75,7 @@ def run_faust(args: argparse.Namespace) -> None:
         f"peer-faust-{uuid.uuid4().hex[:8]}",
         broker=f"kafka://{args.bootstrap}",
         store="memory://",
+        datadir=args.state_dir or f"/tmp/peer-faust-{uuid.uuid4().hex[:8]}",
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
         processing_guarantee="at_least_once",
@@ -98,7 +99,7 @@ def run_faust(args: argparse.Namespace) -> None:
                 _report(s["seen"], s["events"], state["first"], state["last"], s["before"])
                 os._exit(0)  # measured: no need for a graceful stop
 
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
     with contextlib.suppress(SystemExit):
         worker.execute_from_commandline()
 

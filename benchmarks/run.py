@@ -15,6 +15,7 @@ Sections (all by default, in this order):
 - ``fold``: the fold against the reference on both corpus kinds (``benchmarks.fold``).
 
 Starts its own Kafka and Redis unless KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set.
+BENCH_WORKER_TREE=DIR runs the workers from another checkout (a before/after).
 ``--smoke`` is the CI version: small corpora, two short live rates, the same code paths,
 well under a minute of measuring. Prints figures; asserts only that every event was
 accounted for.
@@ -43,6 +44,7 @@ from benchmarks.infra import (
     Scenario,
     WorkerProcess,
     corpus_sessions,
+    cpu_seconds,
     infrastructure,
     produce_backlog,
 )
@@ -74,7 +76,7 @@ FULL = Plan(
     live_sessions=600,
     live_rates=(1500, 3000, 4500, 6000, 7500, 9000, 12000),
     live_seconds=15,
-    live_turns=8,
+    live_turns=16,
     drain_sessions=40,
     drain_turns=30,
     drain_segments=(1, 16, 64),
@@ -90,7 +92,7 @@ SMOKE = Plan(
     live_sessions=60,
     live_rates=(300, 1000),
     live_seconds=3,
-    live_turns=2,
+    live_turns=4,
     drain_sessions=6,
     drain_turns=4,
     drain_segments=(1, 16),
@@ -124,6 +126,9 @@ def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
     )
     subscriber.start()
     load = Load(infra.bootstrap, scenario.input_topic, sessions)
+    others = {**infra.server_pids(), "load": os.getpid()}
+    if subscriber.process is not None:
+        others["subscriber"] = subscriber.process.pid
     rows: list[dict[str, Any]] = []
     seen = 0
     try:
@@ -131,9 +136,11 @@ def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
             log(f"live: {rate:,} events/s over {plan.live_sessions} sessions")
             before = _counters(infra, worker, scenario)
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
+            other0 = {name: cpu_seconds(pid) for name, pid in others.items()}
             sent, took = load.run(rate, plan.live_seconds)
             cpu = worker.cpu_seconds() - cpu0
             wall = time.monotonic() - t0
+            other = {f"cpu_{k}": (cpu_seconds(pid) - other0[k]) / wall for k, pid in others.items()}
             try:
                 scenario.wait_accounted(load.total, timeout=120)
             except TimeoutError as error:
@@ -149,6 +156,7 @@ def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
                 "events": sent,
                 "updates": len(step),
                 "cpu": cpu / wall,
+                **other,
                 **{f"lat_{k}": v for k, v in lat.items()},
                 **_per_event(before, after, sent),
             }
@@ -235,7 +243,7 @@ def _drain_peer(infra: Infra, work: Path, system: str, topic: str, expect: int) 
         text=True,
         timeout=900,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    lines = [line[line.index("{") :] for line in done.stdout.splitlines() if '{"messages"' in line]
     if not lines:
         raise RuntimeError(f"{system} peer failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     found: dict[str, Any] = json.loads(lines[-1])
@@ -363,6 +371,14 @@ def render(result: dict[str, Any]) -> str:
             f" {n(row['events_per_batch'], 1)} events/batch",
         )
         add(
+            "  machine",
+            f"at {row['rate']:,}/s",
+            "cores: "
+            + ", ".join(
+                f"{k.removeprefix('cpu_')} {v:.2f}" for k, v in row.items() if k.startswith("cpu_")
+            ),
+        )
+        add(
             "  per event",
             f"at {row['rate']:,}/s",
             f"Kafka produce req {row['produce_requests_per_event']:.3f}, all req"
@@ -471,16 +487,20 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="context-stream-bench-"))
     try:
         with infrastructure(work) as infra:
-            if "live" in only:
-                result["live"] = live(infra, work, plan)
-            if "drain" in only:
-                result["drain"] = drain(infra, work, plan)
-            if "scale" in only:
-                result["scale"] = scale(infra, work, plan)
-            if "replay" in only:
-                result["replay"] = replay(infra, plan)
-        if "fold" in only:
-            result["fold"] = fold(work, plan)
+            sections: dict[str, Any] = {
+                "live": lambda: live(infra, work, plan),
+                "drain": lambda: drain(infra, work, plan),
+                "scale": lambda: scale(infra, work, plan),
+                "replay": lambda: replay(infra, plan),
+                "fold": lambda: fold(work, plan),
+            }
+            timings = result["section_seconds"] = {}
+            for name in SECTIONS:
+                if name in only:
+                    started = time.monotonic()
+                    result[name] = sections[name]()
+                    timings[name] = round(time.monotonic() - started, 1)
+                    log(f"{name}: {timings[name]} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["seconds"] = time.monotonic() - began

@@ -22,7 +22,6 @@ import faust
 from faust.types import TP
 
 from stream.app import transport
-from stream.app.current_event import bound
 from stream.config import Settings
 from stream.ops import metrics
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
@@ -68,43 +67,33 @@ def limits_of(settings: Settings) -> Limits:
 
 
 class _Outbox:
-    """The Kafka side of publishing, in Faust terms; every call returns its delivery.
+    """The Kafka side of publishing; every call returns its delivery.
 
-    Rows go to the RocksDB store through the table (``table[key] = row``) and their
-    changelog records, like the updates and dead letters, through one ``BatchSender``:
-    a batch's records leave grouped by topic partition (stream.app.transport).
+    A row goes straight to its partition's RocksDB store (the partition of the input
+    events it folds: docs/notes/002) and its changelog record, like the updates and dead
+    letters, to one ``BatchSender``: a batch's records leave grouped by topic partition
+    (stream.app.transport). This is what Faust's ``table[key] = row`` does, less its
+    per-record producer buffer and the "current event" routing it needs a bound event for.
     """
 
     def __init__(self, app: Any, table: Any, output: str, dead_letters: str) -> None:
         self.table, self.output, self.dead = table, output, dead_letters
         self.sender = transport.BatchSender(app)
-        self._last: Awaitable[Any] | None = None
-        # Faust would queue the changelog record inside ``table[key] = row`` (and drop its
-        # future); ours goes out with the batch's other records, and its delivery is kept.
-        table.on_key_set = self._on_key_set
+        self.changelog = table.changelog_topic.get_topic_name()
 
-    def _on_key_set(self, key: Any, value: Any) -> None:
-        table = self.table
-        partition = table.partition_for_key(key)  # the bound event's input partition
-        self._last = self.sender.add(
-            table.changelog_topic.get_topic_name(),
-            partition,
-            key,
-            value,
-            on_sent=self._persisted,
-        )
+    def load(self, key: bytes, partition: int) -> bytes | None:
+        row: bytes | None = self.table.data._db_for_partition(partition).get(key)
+        return row
 
     def _persisted(self, partition: int, offset: int) -> None:
         # What Faust's Table._on_changelog_sent does: the store remembers the changelog
         # offset it holds, so a restart with local state recovers only what follows.
-        self.table.data.set_persisted_offset(TP(self.table.changelog_topic_name, partition), offset)
+        self.table.data.set_persisted_offset(TP(self.changelog, partition), offset)
 
     def write_row(self, key: bytes, row: bytes, handle: Any) -> Awaitable[Any]:
-        with bound(handle):  # the row's partition is the input partition of its events
-            self.table[key] = row
-        future = self._last
-        assert future is not None
-        return future
+        partition = handle.message.partition
+        self.table.data._db_for_partition(partition).put(key, row)
+        return self.sender.add(self.changelog, partition, key, row, on_sent=self._persisted)
 
     def send_update(
         self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
@@ -201,9 +190,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         return publisher
 
     def load(key: bytes, event: Any) -> bytes | None:
-        with bound(event):
-            row: bytes | None = table.get(key)
-            return row
+        return outbox.load(key, event.message.partition)
 
     async def handle(events: list[Any]) -> None:
         messages = [
@@ -238,6 +225,8 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         sent = 0
         for partition in sorted(partitions):
             sent += await publisher.reseed(rows_of(partition), partition)
+        await publisher.flush(60)  # queued (Redis away): marked only once really written
+        await publisher.mark(sorted(partitions))
         publisher.state.reseeds += 1
         log.info("re-seeded Redis from %d partitions (%d sessions): %s", len(partitions), sent, why)
 
@@ -271,9 +260,9 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         while True:
             await asyncio.sleep(settings.redis_check_interval)
             try:
-                if not await publisher.marker_present():
-                    await publisher.set_marker()
-                    await reseed(assigned(), "Redis lost its data (marker missing)")
+                lost = await publisher.unmarked(assigned())
+                if lost:
+                    await reseed(lost, "Redis lost its data (marker missing)")
             except PermanentRedisError:
                 return
             except Exception as error:  # transient: the publisher's queue notes it

@@ -17,15 +17,17 @@ guarantees:
   the subscribing channels' queues in one pass. The queues are Faust's own: bounded, the
   partition paused at high pressure, and cleared by flow control on a rebalance. A full
   queue waits — for room or for the rebalance that suspends the flow, as Faust's
-  ``wait_first`` does. Records of any other topic take Faust's path unchanged.
+  ``wait_first`` does. Records fetched before a rebalance or a seek are dropped without
+  moving the read offset, so they are fetched again. Other topics take Faust's path.
 - ``batches``: the agent drains its channel's queue in bulk instead of iterating the
   stream: up to ``max_`` events, whatever has arrived when the agent is free (the batch
-  grows with the load by itself). Events of an older consumer generation, or taken while
-  flow control is suspended, are dropped unacked (they are fetched again from the
-  committed offset). Each taken message is tracked (``Consumer.track_message``) before
-  the batch is handed out, so ``stream_wait_empty`` still waits for it at a rebalance or
-  shutdown; the caller acks with ``ack`` after the batch is delivered. Offsets, commits
-  and the producer flush before a commit stay Faust's.
+  grows with the load by itself). Events taken while flow control is suspended wait for
+  it to resume; those of an older consumer generation are then dropped unacked (the
+  rebalance seeks back: they are fetched again from the committed offset). Each taken
+  message is tracked (``Consumer.track_message``) before the batch is handed out, so
+  ``stream_wait_empty`` still waits for it at a rebalance or shutdown; the caller acks
+  with ``ack`` after the batch is delivered. Offsets, commits and the producer flush
+  before a commit stay Faust's.
 - ``LeanMonitor``: the monitor's per-message and per-send bookkeeping (dicts, deques,
   clock reads) turned off; lag, commits, rebalances and the slow-stream check stay.
 
@@ -136,10 +138,12 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 ait = getmany(timeout=1.0)
                 await self.sleep(0)
                 if not self.should_stop:
+                    epoch = self._seek_epoch
                     pending: list[Any] = []
+                    read: dict[Any, int] = {}  # read offsets of the pending records
                     async for tp, message in ait:
                         offset = message.offset
-                        r_offset = get_read_offset(tp)
+                        r_offset = read[tp] if tp in read else get_read_offset(tp)
                         if r_offset is None or offset >= r_offset:
                             gap = offset - (r_offset or 0)
                             if gap > 1 and r_offset and acks_enabled_for(message.topic):
@@ -149,14 +153,15 @@ class BulkConsumer(faust_aiokafka.Consumer):
                                 await self.commit()
                             if message.topic in bulk_topics:
                                 pending.append(message)
+                                read[tp] = offset
                             else:
                                 if pending:
-                                    await self._hand_over(pending)
-                                    pending = []
+                                    await self._hand_over(pending, epoch)
+                                    pending, read = [], {}
                                 await self.wait_first(callback(message), self.suspend_flow.wait())
-                            set_read_offset(tp, offset)
+                                set_read_offset(tp, offset)
                     if pending:
-                        await self._hand_over(pending)
+                        await self._hand_over(pending, epoch)
                     unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -174,8 +179,24 @@ class BulkConsumer(faust_aiokafka.Consumer):
         finally:
             unset_flag(CONSUMER_FETCHING)
 
-    async def _hand_over(self, messages: list[Any]) -> None:  # pragma: no cover - broker
-        """What the conductor does per record (``ConductorHandler``), once per fetch."""
+    _seek_epoch = 0  # bumped by every seek: records fetched before it are fetched again
+
+    async def perform_seek(self) -> None:
+        self._seek_epoch += 1
+        await super().perform_seek()
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        self._seek_epoch += 1
+        await super().seek(partition, offset)
+
+    async def _hand_over(self, messages: list[Any], epoch: int) -> None:  # pragma: no cover
+        """What the conductor does per record (``ConductorHandler``), once per fetch, and
+        what the drain loop does after it: the record's offset becomes the read offset.
+
+        Records of an older consumer generation, or fetched before a seek, are dropped
+        without touching the read offsets: the consumer fetches them again from where the
+        rebalance or the seek put it (a read offset set after the seek would skip them).
+        """
         app = self.app
         await app.flow_control.acquire()  # held here while a rebalance suspends the flow
         await app.producer.buffer.wait_until_ebb()
@@ -183,11 +204,13 @@ class BulkConsumer(faust_aiokafka.Consumer):
         create_event = app.create_event
         generation = app.consumer_generation_id
         pressure = self._pressure_callbacks
+        read_offset = self._read_offset
         for message in messages:
-            if message.generation_id != generation:
-                return  # a rebalance began: the rest is fetched again after it
+            if message.generation_id != generation or self._seek_epoch != epoch:
+                return  # a rebalance or a seek: the rest is fetched again after it
             channels = index.get(message.tp)
             if not channels:
+                read_offset[message.tp] = message.offset
                 continue
             message.incref(len(channels))
             high, drop = pressure(message.tp)
@@ -203,10 +226,11 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 if queue.full():
                     app.sensors.on_topic_buffer_full(message.tp)
                     await self.wait_first(channel.put(event), self.suspend_flow.wait())
-                    if self.suspend_flow.is_set():
+                    if self.suspend_flow.is_set() or self._seek_epoch != epoch:
                         return
                 else:
                     queue.put_nowait_enhanced(event, on_pressure_high=high, on_pressure_drop=drop)
+            read_offset[message.tp] = message.offset
 
     def _pressure_callbacks(self, tp: Any) -> tuple[Callable[[], None], Callable[[], None]]:
         """The conductor's per-partition callbacks: pause fetching at high pressure."""
@@ -270,13 +294,16 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
                 await asyncio.sleep(min(remaining, 0.005))
         while len(events) < max_ and not queue.empty():
             events.append(queue.get_nowait())
+        if not flow_active():
+            # A rebalance (or recovery) holds the flow: wait it out, then keep what is still
+            # of the current generation (a rebalance moves it on and seeks back).
+            await app.flow_control.acquire()
         taken: list[Any] = []
         generation = app.consumer_generation_id
-        active = flow_active()
         now = time.monotonic()
         for event in events:
             message = event.message
-            if not active or message.generation_id != generation:
+            if message.generation_id != generation:
                 continue  # stale: fetched again from the committed offset
             if message.topic in acking_topics and not message.tracked:
                 message.tracked = True
@@ -315,7 +342,8 @@ class BatchSender:
         headers: list[tuple[str, bytes]] | None = None,
         on_sent: Callable[[int, int], None] | None = None,
     ) -> "asyncio.Future[Any]":
-        """Queue one record; ``on_sent(partition, offset)`` runs once it is delivered."""
+        """Queue one record. Once it is delivered, ``on_sent(partition, offset)`` runs (once
+        per record batch, with the batch's highest offset among records that share it)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((topic, partition, key, value, headers, (future, on_sent)))
         if self._flushing is None or self._flushing.done():
@@ -382,6 +410,7 @@ def _resolver(records: list[Any], partition: int) -> Callable[[Any], None]:
     def resolve(delivery: Any) -> None:
         error = delivery.exception() if not delivery.cancelled() else asyncio.CancelledError()
         base: int = 0 if error else delivery.result().offset
+        last: dict[Callable[[int, int], None], int] = {}
         for index, (*_, (future, on_sent)) in enumerate(records):
             if future.done():
                 continue
@@ -389,8 +418,10 @@ def _resolver(records: list[Any], partition: int) -> Callable[[Any], None]:
                 future.set_exception(error)
                 continue
             if on_sent is not None:
-                on_sent(partition, base + index)
+                last[on_sent] = base + index
             future.set_result(None)
+        for on_sent, offset in last.items():  # once per builder: the highest offset
+            on_sent(partition, offset)
 
     return resolve
 

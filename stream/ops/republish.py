@@ -131,8 +131,6 @@ async def write_all(
                 counts[{1: 0, 2: 1, 0: 2}[result]] += 1
             if progress is not None:
                 progress(len(chunk))
-        if updates:
-            await sink.client.set(settings.redis_layout.marker_key, f"republish:{now_ms()}")
     finally:
         await sink.close()
     return counts[0], counts[1], counts[2]

@@ -8,7 +8,7 @@
 | ``{prefix}stats`` | hash | event totals: folded, duplicate, faulted, dead_lettered |
 | ``{prefix}tallies`` | hash | per session id, ``"folded duplicate faulted"`` (the totals' parts) |
 | ``{prefix}dead`` | hash | per ``topic:partition``, ``"gen count"`` of dead letters |
-| ``{prefix}marker`` | string | present while Redis holds what the workers published |
+| ``{prefix}marker`` | hash | per ``topic:partition``: Redis holds what its owner published |
 
 The totals are sums of what the session rows hold, applied as differences by the
 writing script, so they stay exact under redelivery and come back with a re-seed.

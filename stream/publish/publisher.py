@@ -250,12 +250,25 @@ class Publisher(Generic[M]):
             return False
 
     # -- re-seed ---------------------------------------------------------------------
-    async def marker_present(self) -> bool:
-        """Whether Redis still holds what was published: the marker key exists."""
-        return bool(await self.sink.client.exists(self.sink.layout.marker_key))
+    async def unmarked(self, partitions: list[int]) -> list[int]:
+        """The partitions whose marker is gone from Redis: what this worker published for
+        them is lost (Redis restarted empty, was flushed, failed over to an empty replica).
+        One field per partition, so every owner notices its own, whoever checks first."""
+        if not partitions:
+            return []
+        fields = [self._marker_field(p) for p in partitions]
+        found = await self.sink.client.hmget(self.sink.layout.marker_key, fields)
+        return [p for p, value in zip(partitions, found, strict=True) if value is None]
 
-    async def set_marker(self) -> None:
-        await self.sink.client.set(self.sink.layout.marker_key, f"{self.generation}:{self.run_id}")
+    async def mark(self, partitions: list[int]) -> None:
+        """Record that Redis holds these partitions' sessions (after a re-seed)."""
+        if partitions:
+            value = f"{self.generation}:{self.run_id}"
+            mapping: dict[Any, Any] = {self._marker_field(p): value for p in partitions}
+            await self.sink.client.hset(self.sink.layout.marker_key, mapping=mapping)
+
+    def _marker_field(self, partition: int) -> str:
+        return f"{self.settings.input_topic}:{partition}"
 
     async def reseed(self, rows: Iterable[tuple[bytes, bytes]], topic_partition: int) -> int:
         """Republish every stored row of one partition (guarded: never moves a session

@@ -1227,12 +1227,12 @@ class Ticker(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        while not self.stopping.is_set():
+        while not self.stopping.wait(self.every):
             for session, seq in self.next.items():
                 for out in ticks(session.encode(), seq, 1):
                     produce(self.producer, self.topic, self.ledger, out)
                 self.next[session] = seq + 1
-            self.producer.poll(self.every)
+            self.producer.poll(0)
 
     def finish(self) -> None:
         self.stopping.set()
@@ -1276,6 +1276,32 @@ def takeover_seconds(
         raise AssertionError("no update of the victim's sessions within 180 s of the kill")
     finally:
         ticker.finish()
+
+
+_TABLE_ROW: Final = re.compile(r"^\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|")
+
+
+def _last_table(log: str, title: str) -> dict[int, int]:
+    """The last Faust recovery table called ``title`` in a worker log: partition -> offset."""
+    start = log.rfind(f"+{title}")
+    if start < 0:
+        return {}
+    rows: dict[int, int] = {}
+    for line in log[start:].splitlines()[3:]:
+        found = _TABLE_ROW.match(line)
+        if not found:
+            break
+        rows[int(found.group(2))] = int(found.group(3))
+    return rows
+
+
+def changelog_restored(worker: Worker) -> dict[int, int]:
+    """Per active changelog partition of the worker's last recovery, the records it had
+    to read before serving it (0: its local state was already current, i.e. warm)."""
+    log = worker.log()
+    highwater = _last_table(log, "Highwater - Active")
+    starts = _last_table(log, "Reading Starts At - Active")
+    return {p: max(0, high - max(starts.get(p, -1), -1)) for p, high in highwater.items()}
 
 
 def probe_sessions(

@@ -132,3 +132,18 @@ def test_republish_into_an_empty_redis_under_another_prefix_equals_the_original(
     one = deployment.stream("republish", "--session", "r47-3", REDIS_KEY_PREFIX="one:")
     assert b"republished 1 sessions" in one.stderr
     assert redis.Redis.from_url(deployment.redis_url).exists("one:session:r47-3")
+
+
+def test_with_two_workers_every_owner_reseeds_its_own_partitions(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    paths = _corpus(tmp_path / "logs", sessions=12, seed=53)
+    expected = offline_fold(paths)
+    deployment.start_worker("a")
+    deployment.start_worker("b")
+    deployment.stream("produce", *map(str, paths))
+    deployment.wait_accounted(_count(paths))
+    before = deployment.stats()
+    deployment.redis().flushall()
+    wait_until(lambda: _exact(deployment, expected), 45, "both workers' re-seeds")
+    assert deployment.stats() == before

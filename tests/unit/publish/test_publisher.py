@@ -87,14 +87,15 @@ class FakeOutbox:
 
 class FakeClient:
     def __init__(self) -> None:
-        self.keys: dict[str, str] = {}
+        self.hashes: dict[str, dict[str, str]] = {}
 
-    async def exists(self, key: str) -> int:
-        return int(key in self.keys)
+    async def hmget(self, key: str, fields: list[str]) -> list[str | None]:
+        stored = self.hashes.get(key, {})
+        return [stored.get(f) for f in fields]
 
-    async def set(self, key: str, value: str) -> bool:
-        self.keys[key] = value
-        return True
+    async def hset(self, key: str, mapping: dict[str, str]) -> int:
+        self.hashes.setdefault(key, {}).update(mapping)
+        return len(mapping)
 
 
 class FakeSink:
@@ -431,16 +432,19 @@ def test_reseed_queues_like_any_write_when_redis_is_down() -> None:
     assert set(sink.holds) == {"a"}
 
 
-def test_the_marker_names_the_generation_and_run() -> None:
+def test_markers_are_per_partition_so_every_owner_notices_its_own_loss() -> None:
     publisher, _, sink = make()
 
-    async def scenario() -> tuple[bool, bool]:
-        before = await publisher.marker_present()
-        await publisher.set_marker()
-        return before, await publisher.marker_present()
+    async def scenario() -> tuple[list[int], list[int], list[int]]:
+        before = await publisher.unmarked([0, 1, 2])
+        await publisher.mark([0, 2])
+        return before, await publisher.unmarked([0, 1, 2]), await publisher.unmarked([])
 
-    assert run(scenario()) == (False, True)
-    assert sink.client.keys == {"ctx:marker": f"1:{publisher.run_id}"}
+    assert run(scenario()) == ([0, 1, 2], [1], [])
+    topic = publisher.settings.input_topic
+    assert sink.client.hashes == {
+        "ctx:marker": {f"{topic}:0": f"1:{publisher.run_id}", f"{topic}:2": f"1:{publisher.run_id}"}
+    }
 
 
 # --- small parts --------------------------------------------------------------------------------

@@ -1,0 +1,328 @@
+"""The bulk consumer path (stream.app.transport) without a broker: what it hands the agent,
+what it tracks, how a batch's records are grouped and their deliveries resolved."""
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+import pytest
+from mode.utils.queues import FlowControlEvent, ThrowableQueue
+
+from stream.app import transport
+from stream.app.service import build_app
+from stream.config import Settings
+
+# --- batches ------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeMessage:
+    topic: str
+    partition: int
+    offset: int
+    generation_id: int = 1
+    tracked: bool = False
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+
+@dataclass
+class FakeEvent:
+    message: FakeMessage
+    acked: bool = False
+
+    def ack(self) -> None:
+        self.acked = True
+
+
+@dataclass
+class FakeApp:
+    active: bool = True
+    consumer_generation_id: int = 1
+    tracked: list[FakeMessage] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        app = self
+
+        class Consumer:
+            def track_message(self, message: FakeMessage) -> None:
+                app.tracked.append(message)
+
+        class Flow:
+            def is_active(self) -> bool:
+                return app.active
+
+            async def acquire(self) -> None:
+                while not app.active:
+                    await asyncio.sleep(0.001)
+
+        class Topics:
+            acking_topics = frozenset({"in"})
+
+        class MonitorStub:
+            def __init__(self) -> None:
+                self.stream_inbound_time: dict[Any, float] = {}
+
+        self.consumer, self.flow_control, self.topics = Consumer(), Flow(), Topics()
+        self.monitor = MonitorStub()
+
+
+class FakeChannel:
+    def __init__(self) -> None:
+        self.queue: ThrowableQueue[Any] = ThrowableQueue(
+            maxsize=100, flow_control=FlowControlEvent(initially_suspended=False)
+        )
+
+    def __aiter__(self) -> "FakeChannel":
+        return self
+
+    async def __anext__(self) -> Any:  # pragma: no cover - batches reads the queue
+        return await self.queue.get()
+
+
+@dataclass
+class FakeStream:
+    app: FakeApp
+    channel: FakeChannel = field(default_factory=FakeChannel)
+    should_stop: bool = False
+
+
+def _events(count: int, generation: int = 1, start: int = 0) -> list[FakeEvent]:
+    return [FakeEvent(FakeMessage("in", 0, start + i, generation)) for i in range(count)]
+
+
+def test_a_batch_is_what_has_arrived_up_to_the_maximum() -> None:
+    async def run() -> list[list[FakeEvent]]:
+        stream = FakeStream(FakeApp())
+        for event in _events(7):
+            stream.channel.queue.put_nowait(event)
+        taken = transport.batches(stream, 5)
+        return [await anext(taken), await anext(taken)]
+
+    first, second = asyncio.run(run())
+    assert [e.message.offset for e in first] == [0, 1, 2, 3, 4]
+    assert [e.message.offset for e in second] == [5, 6]
+
+
+def test_taken_messages_are_tracked_once_and_not_acked() -> None:
+    async def run() -> tuple[FakeApp, list[FakeEvent]]:
+        app = FakeApp()
+        stream = FakeStream(app)
+        events = _events(3)
+        events[1].message.tracked = True  # already tracked: not tracked again
+        for event in events:
+            stream.channel.queue.put_nowait(event)
+        return app, await anext(transport.batches(stream, 10))
+
+    app, batch = asyncio.run(run())
+    assert len(batch) == 3 and not any(e.acked for e in batch)
+    assert [m.offset for m in app.tracked] == [0, 2]
+    assert all(e.message.tracked for e in batch)
+
+
+def test_events_of_an_older_generation_are_dropped_untracked_and_unacked() -> None:
+    async def run() -> tuple[FakeApp, list[FakeEvent], list[FakeEvent]]:
+        app = FakeApp(consumer_generation_id=2)
+        stream = FakeStream(app)
+        stale, fresh = _events(2, generation=1), _events(2, generation=2, start=2)
+        for event in stale + fresh:
+            stream.channel.queue.put_nowait(event)
+        return app, stale, await anext(transport.batches(stream, 10))
+
+    app, stale, batch = asyncio.run(run())
+    assert [e.message.offset for e in batch] == [2, 3]
+    assert [m.offset for m in app.tracked] == [2, 3]
+    assert not any(e.acked or e.message.tracked for e in stale)
+
+
+def test_events_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_generation() -> None:
+    async def run() -> list[FakeEvent]:
+        app = FakeApp(active=False)
+        stream = FakeStream(app)
+        for event in _events(2, generation=1) + _events(1, generation=2, start=2):
+            stream.channel.queue.put_nowait(event)
+        pending = asyncio.ensure_future(anext(transport.batches(stream, 10)))
+        await asyncio.sleep(0.01)
+        assert not pending.done()  # held while the flow is suspended
+        app.consumer_generation_id = 2  # the rebalance that suspended it moved on
+        app.active = True
+        return await asyncio.wait_for(pending, 1)
+
+    assert [e.message.offset for e in asyncio.run(run())] == [2]
+
+
+def test_linger_waits_for_more_events() -> None:
+    async def run() -> list[FakeEvent]:
+        stream = FakeStream(FakeApp())
+        queue = stream.channel.queue
+        queue.put_nowait(_events(1)[0])
+        asyncio.get_running_loop().call_later(0.01, queue.put_nowait, _events(1, start=1)[0])
+        return await anext(transport.batches(stream, 10, linger=0.2))
+
+    assert [e.message.offset for e in asyncio.run(run())] == [0, 1]
+
+
+def test_a_closing_channel_ends_the_batches() -> None:
+    async def run() -> list[Any]:
+        stream = FakeStream(FakeApp())
+        await stream.channel.queue.throw(StopAsyncIteration())
+        return [batch async for batch in transport.batches(stream, 10)]
+
+    assert asyncio.run(run()) == []
+
+
+def test_ack_acks_every_event() -> None:
+    events = _events(3)
+    transport.ack(events)
+    assert all(e.acked for e in events)
+
+
+# --- BatchSender --------------------------------------------------------------------------------
+
+
+class FakeBuilder:
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.records, self.closed = capacity, [], False
+
+    def append(self, *, timestamp: Any, key: Any, value: Any, headers: Any) -> Any:
+        if self.closed or len(self.records) >= self.capacity:
+            return None
+        self.records.append((key, value, headers))
+        return object()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Delivered:
+    offset: int
+
+
+class FakeProducer:
+    def __init__(self, capacity: int = 3, fail: bool = False) -> None:
+        self.capacity, self.fail = capacity, fail
+        self.sent: list[tuple[str, int, list[Any]]] = []
+        self.offsets: dict[tuple[str, int], int] = {}
+        producer = self
+
+        class Cluster:
+            def partitions_for_topic(self, topic: str) -> set[int]:
+                return {0, 1, 2}
+
+            def available_partitions_for_topic(self, topic: str) -> set[int]:
+                return {0, 1, 2}
+
+        class Client:
+            cluster = Cluster()
+
+            async def _wait_on_metadata(self, topic: str) -> None:
+                producer.metadata_waits += 1
+
+        self.client, self.metadata_waits = Client(), 0
+
+    def _partitioner(self, key: bytes | None, every: list[int], available: list[int]) -> int:
+        return len(key or b"") % len(every)
+
+    def create_batch(self) -> FakeBuilder:
+        return FakeBuilder(self.capacity)
+
+    async def send_batch(self, batch: FakeBuilder, topic: str, *, partition: int) -> Any:
+        assert batch.closed
+        self.sent.append((topic, partition, batch.records))
+        delivery: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.fail:
+            delivery.set_exception(RuntimeError("broker said no"))
+        else:
+            base = self.offsets.get((topic, partition), 0)
+            self.offsets[(topic, partition)] = base + len(batch.records)
+            delivery.set_result(Delivered(base))
+        return delivery
+
+
+class FakeProducerApp:
+    def __init__(self, producer: FakeProducer) -> None:
+        class FaustProducer:
+            def _ensure_producer(self) -> FakeProducer:
+                return producer
+
+        self.producer = FaustProducer()
+
+
+def test_records_leave_grouped_by_topic_partition_in_few_batches() -> None:
+    producer = FakeProducer(capacity=3)
+    persisted: list[tuple[int, int]] = []
+
+    def persist(partition: int, offset: int) -> None:
+        persisted.append((partition, offset))
+
+    async def run() -> None:
+        sender = transport.BatchSender(FakeProducerApp(producer))
+        futures = [sender.add("rows", i % 2, b"k%d" % i, b"v", on_sent=persist) for i in range(8)]
+        futures += [sender.add("out", None, b"x" * n, b"u", [("gen", b"1")]) for n in (1, 2, 4)]
+        await asyncio.gather(*futures)
+
+    asyncio.run(run())
+    rows = [(p, len(r)) for t, p, r in producer.sent if t == "rows"]
+    assert rows == [(0, 3), (0, 1), (1, 3), (1, 1)]  # 4 per partition, 3 per batch
+    out = sorted((p, [k for k, _, _ in r]) for t, p, r in producer.sent if t == "out")
+    assert out == [(1, [b"x", b"xxxx"]), (2, [b"xx"])]  # the producer's partitioner
+    assert producer.metadata_waits == 1  # once per topic without a given partition
+    # once per record batch, with its highest offset
+    assert sorted(persisted) == [(0, 2), (0, 3), (1, 2), (1, 3)]
+
+
+def test_a_failed_delivery_fails_every_record_of_it() -> None:
+    producer = FakeProducer(fail=True)
+
+    async def run() -> list[Any]:
+        sender = transport.BatchSender(FakeProducerApp(producer))
+        futures = [sender.add("rows", 0, b"k", b"v") for _ in range(2)]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    outcomes = asyncio.run(run())
+    assert all(isinstance(o, RuntimeError) for o in outcomes)
+
+
+def test_a_record_that_fits_no_batch_fails_the_send_loudly() -> None:
+    producer = FakeProducer(capacity=0)
+
+    async def run() -> list[Any]:
+        sender = transport.BatchSender(FakeProducerApp(producer))
+        return await asyncio.gather(sender.add("rows", 0, b"k", b"v"), return_exceptions=True)
+
+    (outcome,) = asyncio.run(run())
+    assert isinstance(outcome, ValueError)
+
+
+# --- the monitor and the wiring -----------------------------------------------------------------
+
+
+def test_the_lean_monitor_keeps_only_what_the_slow_stream_check_reads() -> None:
+    monitor = transport.LeanMonitor()
+    monitor.on_message_in(("in", 0), 5, object())
+    assert monitor.messages_received_total == 0
+    monitor.on_stream_event_in(("in", 0), 5, object(), object())
+    assert ("in", 0) in monitor.stream_inbound_time
+    assert monitor.on_send_initiated(None, "t", None, 1, 1) is None
+
+
+def test_the_worker_app_takes_the_bulk_consumer_path(tmp_path: Path) -> None:
+    settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
+    app = build_app(settings, 2)
+    assert isinstance(app.transport, transport.BulkTransport)
+    assert app.transport.Consumer is transport.BulkConsumer
+    assert app.transport.bulk_topics == frozenset({"events-in"})
+    assert app.conf.Monitor is transport.LeanMonitor
+
+
+def test_faust_is_the_version_the_bulk_consumer_was_written_against() -> None:
+    assert faust.__version__ == transport.FAUST_VERSION
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__])
