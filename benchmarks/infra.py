@@ -16,7 +16,7 @@ from typing import IO, Any
 import orjson
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from benchmarks.corpus import write_corpus
 from stream.contract.jsontext import dumps

@@ -157,7 +157,7 @@ class Load:
     bootstrap: str
     topic: str
     sessions: list[tuple[bytes, list[Any]]]  # (key, raw events)
-    linger_ms: float = 1.0
+    linger_ms: float = 5.0  # librdkafka's default
     cursor: list[int] = field(default_factory=list)
     produced_at: dict[tuple[bytes, int], float] = field(default_factory=dict)
     next_session: int = 0

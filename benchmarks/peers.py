@@ -53,13 +53,13 @@ def run_ck(args: argparse.Namespace) -> None:
     first = last = 0.0
     try:
         while seen < args.expect:
-            batch = consumer.consume(1_000, 1.0)
+            batch = consumer.consume(1_000, 0.1)
             if not batch:
                 continue
             for message in batch:
                 if message.error() is None:
                     seen += 1
-                    events += _events_in(message.value())
+                    events += _events_in(message.value() or b"")
             last = time.time()
             if not first:
                 first, before = last, events

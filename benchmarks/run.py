@@ -60,6 +60,8 @@ class Plan:
     live_rates: tuple[int, ...]
     live_seconds: float
     live_turns: int
+    live_variants: tuple[tuple[tuple[str, str], ...], ...]  # worker settings per sweep
+    live_warmup: float  # seconds at the first rate before measuring
     drain_sessions: int
     drain_turns: int
     drain_segments: tuple[int, ...]
@@ -77,6 +79,8 @@ FULL = Plan(
     live_rates=(1500, 3000, 4500, 6000, 7500, 9000, 12000),
     live_seconds=15,
     live_turns=16,
+    live_variants=((), (("STREAM_BATCH_WITHIN", "0"),)),
+    live_warmup=10,
     drain_sessions=40,
     drain_turns=30,
     drain_segments=(1, 16, 64),
@@ -93,6 +97,8 @@ SMOKE = Plan(
     live_rates=(300, 1000),
     live_seconds=3,
     live_turns=4,
+    live_variants=((),),
+    live_warmup=1,
     drain_sessions=6,
     drain_turns=4,
     drain_segments=(1, 16),
@@ -114,10 +120,19 @@ def log(message: str) -> None:
 
 
 def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+    rows = []
+    for variant in plan.live_variants:
+        rows += live_sweep(infra, work, plan, dict(variant))
+    return rows
+
+
+def live_sweep(
+    infra: Infra, work: Path, plan: Plan, variant: dict[str, str]
+) -> list[dict[str, Any]]:
     corpus = corpus_sessions(work / "live-corpus", min(plan.live_sessions, 40), plan.live_turns)
     bases = list(corpus.values())
     sessions = [(f"live-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)]
-    scenario = Scenario(infra, work)
+    scenario = Scenario(infra, work, extra=variant)
     infra.create_topic(scenario.input_topic, scenario.partitions)
     worker = WorkerProcess(scenario, "live", probe=True)
     worker.start()
@@ -132,8 +147,13 @@ def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     seen = 0
     try:
+        # Warm-up, not measured: the broker's JIT, the worker's first rows and connections.
+        load.run(plan.live_rates[0], plan.live_warmup)
+        scenario.wait_accounted(load.total, timeout=120)
+        time.sleep(1.0)
+        seen = len(subscriber.arrivals())
         for rate in plan.live_rates:
-            log(f"live: {rate:,} events/s over {plan.live_sessions} sessions")
+            log(f"live: {rate:,} events/s over {plan.live_sessions} sessions {variant or ''}")
             before = _counters(infra, worker, scenario)
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
             other0 = {name: cpu_seconds(pid) for name, pid in others.items()}
@@ -150,8 +170,9 @@ def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
             step, seen = arrivals[seen:], len(arrivals)
             after = _counters(infra, worker, scenario)
             lat = summary(latencies(step, load.produced_at))
-            row = {
+            row: dict[str, Any] = {
                 "rate": rate,
+                "variant": " ".join(f"{k}={v}" for k, v in variant.items()),
                 "achieved": sent / took,
                 "events": sent,
                 "updates": len(step),
@@ -365,7 +386,8 @@ def render(result: dict[str, Any]) -> str:
     for row in result.get("live", []):
         add(
             "live",
-            f"{row['rate']:,}/s over {result['plan']['live_sessions']} sessions",
+            f"{row['rate']:,}/s over {result['plan']['live_sessions']} sessions"
+            + (f", {row['variant']}" if row["variant"] else ""),
             f"p50 {n(row['lat_p50'] * 1000)} ms, p99 {n(row['lat_p99'] * 1000)} ms,"
             f" max {n(row['lat_max'] * 1000)} ms; worker {row['cpu']:.2f} cores;"
             f" {n(row['events_per_batch'], 1)} events/batch",

@@ -4,11 +4,21 @@
 #
 #   deploy/kafka.sh fetch
 #   deploy/kafka.sh start --port P --data-dir D [--controller-port C] [--foreground] [--timeout S]
+#                         [--ssl-port P2] [--sasl-ssl-port P3] [--ssl-client-auth required|requested|none]
+#                         [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--scram-user NAME]
 #   deploy/kafka.sh stop  --data-dir D
 #
 # `start` prints the bootstrap address (127.0.0.1:P) on stdout once the broker serves metadata;
 # everything else goes to stderr. Env: KAFKA_VERSION (default: 3.9.1, falling back to 3.9.0),
 # CONTEXT_STREAM_CACHE (default ~/.cache/context-stream), KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS, PYTHON.
+#
+# Secured listeners, besides the PLAINTEXT one on --port (kept for readiness and local tools):
+# --ssl-port adds a TLS listener (client certificates per --ssl-client-auth, default required),
+# --sasl-ssl-port a SASL_SSL listener taking SCRAM-SHA-512 and SCRAM-SHA-256. Both need the
+# broker's PEM certificate chain, its unencrypted PKCS#8 key and the CA that signs clients
+# (--tls-cert/--tls-key/--tls-ca). --scram-user NAME creates SCRAM-SHA-256/512 credentials for
+# NAME when the data dir is first formatted (KRaft: kafka-storage format --add-scram), with the
+# password from KAFKA_SCRAM_PASSWORD; only its salted form (PBKDF2) reaches a command line.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +29,7 @@ DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # True when something accepts TCP connections on 127.0.0.1:$1 (bash /dev/tcp, no extra tools).
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -59,9 +69,12 @@ fetch() {
   die "could not assemble any Kafka version from: $VERSIONS"
 }
 
-# Parses --port/--data-dir/--controller-port/--foreground/--timeout into globals.
+# Parses --port/--data-dir/--controller-port/--foreground/--timeout and the secured-listener
+# options into globals.
 parse_args() {
   PORT="" DATA_DIR="" CONTROLLER_PORT="" FOREGROUND=0 TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
+  SSL_PORT="" SASL_SSL_PORT="" SSL_CLIENT_AUTH="required" TLS_CERT="" TLS_KEY="" TLS_CA=""
+  SCRAM_USER=""
   while (($#)); do
     case "$1" in
       --port) PORT="${2:?--port needs a value}"; shift 2 ;;
@@ -69,6 +82,13 @@ parse_args() {
       --controller-port) CONTROLLER_PORT="${2:?--controller-port needs a value}"; shift 2 ;;
       --timeout) TIMEOUT="${2:?--timeout needs a value}"; shift 2 ;;
       --foreground) FOREGROUND=1; shift ;;
+      --ssl-port) SSL_PORT="${2:?--ssl-port needs a value}"; shift 2 ;;
+      --sasl-ssl-port) SASL_SSL_PORT="${2:?--sasl-ssl-port needs a value}"; shift 2 ;;
+      --ssl-client-auth) SSL_CLIENT_AUTH="${2:?--ssl-client-auth needs a value}"; shift 2 ;;
+      --tls-cert) TLS_CERT="${2:?--tls-cert needs a value}"; shift 2 ;;
+      --tls-key) TLS_KEY="${2:?--tls-key needs a value}"; shift 2 ;;
+      --tls-ca) TLS_CA="${2:?--tls-ca needs a value}"; shift 2 ;;
+      --scram-user) SCRAM_USER="${2:?--scram-user needs a value}"; shift 2 ;;
       -h|--help) usage ;;
       *) die "unknown argument: $1" ;;
     esac
@@ -103,15 +123,78 @@ sys.exit(0 if md.brokers else 1)
 EOF
 }
 
+# Sets LISTENERS/ADVERTISED/PROTOCOLS (appended to the PLAINTEXT ones) and SECURED_PROPERTIES
+# for --ssl-port/--sasl-ssl-port (all empty when neither is given). The broker reads its key
+# and trust material from copies in the data dir.
+secured_listeners() {
+  LISTENERS="" ADVERTISED="" PROTOCOLS="" SECURED_PROPERTIES=""
+  [[ -n "$SSL_PORT$SASL_SSL_PORT" ]] || return 0
+  local f
+  for f in "$TLS_CERT" "$TLS_KEY" "$TLS_CA"; do
+    [[ -n "$f" && -r "$f" ]] || die "--ssl-port/--sasl-ssl-port need readable --tls-cert, --tls-key and --tls-ca"
+  done
+  case "$SSL_CLIENT_AUTH" in
+    required|requested|none) ;;
+    *) die "--ssl-client-auth must be required, requested or none" ;;
+  esac
+  mkdir -p "$DATA_DIR/tls"; chmod 700 "$DATA_DIR/tls"
+  # A PEM key store: the private key (PKCS#8, unencrypted) followed by the certificate chain.
+  (umask 077; cat "$TLS_KEY" "$TLS_CERT" >"$DATA_DIR/tls/keystore.pem")
+  cp "$TLS_CA" "$DATA_DIR/tls/truststore.pem"
+  SECURED_PROPERTIES="ssl.keystore.type=PEM
+ssl.keystore.location=$DATA_DIR/tls/keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$DATA_DIR/tls/truststore.pem"
+  if [[ -n "$SSL_PORT" ]]; then
+    [[ "$SSL_PORT" =~ ^[0-9]+$ ]] || die "--ssl-port must be a port number"
+    LISTENERS+=",SSL://127.0.0.1:$SSL_PORT"; ADVERTISED+=",SSL://127.0.0.1:$SSL_PORT"
+    PROTOCOLS+=",SSL:SSL"
+    SECURED_PROPERTIES+="
+listener.name.ssl.ssl.client.auth=$SSL_CLIENT_AUTH"
+  fi
+  if [[ -n "$SASL_SSL_PORT" ]]; then
+    [[ "$SASL_SSL_PORT" =~ ^[0-9]+$ ]] || die "--sasl-ssl-port must be a port number"
+    LISTENERS+=",SASL_SSL://127.0.0.1:$SASL_SSL_PORT"; ADVERTISED+=",SASL_SSL://127.0.0.1:$SASL_SSL_PORT"
+    PROTOCOLS+=",SASL_SSL:SASL_SSL"
+    SECURED_PROPERTIES+="
+listener.name.sasl_ssl.ssl.client.auth=none
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+  fi
+}
+
+# Prints the `--add-scram` arguments (one a line) creating SCRAM-SHA-512/256 credentials for
+# SCRAM_USER, salted here (PBKDF2, 8192 iterations) from KAFKA_SCRAM_PASSWORD, so the password
+# itself is never on a command line.
+scram_arguments() {
+  [[ -n "${KAFKA_SCRAM_PASSWORD:-}" ]] || die "--scram-user needs KAFKA_SCRAM_PASSWORD in the environment"
+  [[ "$SCRAM_USER" =~ ^[A-Za-z0-9._-]+$ ]] || die "--scram-user: letters, digits, '.', '_' and '-' only"
+  local py="${PYTHON:-$REPO_ROOT/.venv/bin/python}"
+  [[ -x "$py" ]] || py="$(command -v python3)" || die "python3 is needed to salt SCRAM credentials"
+  SCRAM_USER="$SCRAM_USER" "$py" -c '
+import base64, hashlib, os
+user, password = os.environ["SCRAM_USER"], os.environ["KAFKA_SCRAM_PASSWORD"].encode()
+for mechanism, digest in (("SCRAM-SHA-512", "sha512"), ("SCRAM-SHA-256", "sha256")):
+    salt, iterations = os.urandom(16), 8192
+    salted = hashlib.pbkdf2_hmac(digest, password, salt, iterations)
+    print("--add-scram")
+    print(f"{mechanism}=[name={user},iterations={iterations},"
+          f"salt=\"{base64.b64encode(salt).decode()}\","
+          f"saltedpassword=\"{base64.b64encode(salted).decode()}\"]")
+'
+}
+
 cmd_start() {
   parse_args "$@"
   [[ "$PORT" =~ ^[0-9]+$ ]] || die "--port is required (a free TCP port)"
   CONTROLLER_PORT="${CONTROLLER_PORT:-$((PORT + 1))}"
   if pid="$(running_pid)"; then die "a broker is already running from $DATA_DIR (pid $pid)"; fi
   # Otherwise the readiness check below could be satisfied by someone else's server.
-  for p in "$PORT" "$CONTROLLER_PORT"; do
+  for p in "$PORT" "$CONTROLLER_PORT" $SSL_PORT $SASL_SSL_PORT; do
     if port_open "$p"; then die "port $p is already in use"; fi
   done
+  secured_listeners
   fetch
 
   # Single node: every replication factor/ISR is 1. The internal offsets/transaction topics get
@@ -120,11 +203,11 @@ cmd_start() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT$LISTENERS
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT$ADVERTISED
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT$PROTOCOLS
 log.dirs=$DATA_DIR/kraft-logs
 num.partitions=1
 default.replication.factor=1
@@ -136,6 +219,9 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=1
 group.initial.rebalance.delay.ms=0
 EOF
+  if [[ -n "$SECURED_PROPERTIES" ]]; then
+    printf '%s\n' "$SECURED_PROPERTIES" >>"$DATA_DIR/server.properties"
+  fi
   cat >"$DATA_DIR/log4j.properties" <<'EOF'
 log4j.rootLogger=INFO, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
@@ -158,9 +244,17 @@ EOF
     while [[ "$cluster_id" == -* ]]; do
       cluster_id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
     done
+    local scram=()
+    if [[ -n "$SCRAM_USER" ]]; then
+      local salted
+      salted="$(scram_arguments)" || exit 1
+      mapfile -t scram <<<"$salted"
+    fi
     "${java_cmd[@]}" kafka.tools.StorageTool format --ignore-formatted \
-      -t "$cluster_id" -c "$DATA_DIR/server.properties" >>"$LOG_FILE" 2>&1 \
+      -t "$cluster_id" -c "$DATA_DIR/server.properties" ${scram[@]+"${scram[@]}"} >>"$LOG_FILE" 2>&1 \
       || { tail -n 30 "$LOG_FILE" >&2; die "storage format failed (log: $LOG_FILE)"; }
+  elif [[ -n "$SCRAM_USER" ]]; then
+    log "$DATA_DIR is already formatted: SCRAM credentials stay as formatted"
   fi
 
   log "starting Kafka $KAFKA_VER on 127.0.0.1:$PORT (controller $CONTROLLER_PORT, data $DATA_DIR)"

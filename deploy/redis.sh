@@ -3,24 +3,39 @@
 # system service).
 #
 #   deploy/redis.sh start --port P --dir D [--foreground] [--timeout S]
+#                         [--tls-port T --tls-cert PEM --tls-key PEM --tls-ca PEM]
+#                         [--tls-auth-clients no|yes|optional] [--acl-user NAME]
 #   deploy/redis.sh stop  --dir D
 #
 # `start` prints redis://127.0.0.1:P/0 on stdout once the server answers PING; logs go to
 # D/redis.log (stderr with --foreground). Persistence is off: the instance is disposable.
+#
+# --tls-port adds a TLS port (rediss://127.0.0.1:T/0) with the given PEM certificate, key and
+# CA; client certificates per --tls-auth-clients (default no). --acl-user NAME turns the
+# default user off and creates NAME with every permission; its password comes from
+# REDIS_ACL_PASSWORD and is stored only as a SHA-256 hash in D/users.acl (mode 600). The
+# plain port stays (readiness is checked there); with --acl-user it needs AUTH too.
 set -euo pipefail
 
 die() { echo "redis.sh: error: $*" >&2; exit 1; }
 log() { echo "redis.sh: $*" >&2; }
-usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 parse_args() {
   PORT="" DIR="" FOREGROUND=0 TIMEOUT="${REDIS_START_TIMEOUT:-20}"
+  TLS_PORT="" TLS_CERT="" TLS_KEY="" TLS_CA="" TLS_AUTH_CLIENTS="no" ACL_USER=""
   while (($#)); do
     case "$1" in
       --port) PORT="${2:?--port needs a value}"; shift 2 ;;
       --dir) DIR="${2:?--dir needs a value}"; shift 2 ;;
       --timeout) TIMEOUT="${2:?--timeout needs a value}"; shift 2 ;;
       --foreground) FOREGROUND=1; shift ;;
+      --tls-port) TLS_PORT="${2:?--tls-port needs a value}"; shift 2 ;;
+      --tls-cert) TLS_CERT="${2:?--tls-cert needs a value}"; shift 2 ;;
+      --tls-key) TLS_KEY="${2:?--tls-key needs a value}"; shift 2 ;;
+      --tls-ca) TLS_CA="${2:?--tls-ca needs a value}"; shift 2 ;;
+      --tls-auth-clients) TLS_AUTH_CLIENTS="${2:?--tls-auth-clients needs a value}"; shift 2 ;;
+      --acl-user) ACL_USER="${2:?--acl-user needs a value}"; shift 2 ;;
       -h|--help) usage ;;
       *) die "unknown argument: $1" ;;
     esac
@@ -40,14 +55,42 @@ running_pid() {
   echo "$pid"
 }
 
-# PING over bash /dev/tcp (RESP inline command), so redis-cli is not required.
+# PING over bash /dev/tcp (RESP inline command), so redis-cli is not required. With
+# --acl-user the server answers NOAUTH to an anonymous PING: that too means it is serving.
 ping_ok() {
   local reply
   { exec 3<>"/dev/tcp/127.0.0.1/$PORT"; } 2>/dev/null || return 1
   printf 'PING\r\n' >&3
   IFS= read -r -t 1 reply <&3 || reply=""
   exec 3>&-
-  [[ "$reply" == "+PONG"* ]]
+  [[ "$reply" == "+PONG"* ]] || { [[ -n "$ACL_USER" && "$reply" == "-NOAUTH"* ]]; }
+}
+
+# Appends the --tls-port and --acl-user settings to the server's arguments (args array).
+secured_args() {
+  if [[ -n "$TLS_PORT" ]]; then
+    [[ "$TLS_PORT" =~ ^[0-9]+$ ]] || die "--tls-port must be a port number"
+    local f
+    for f in "$TLS_CERT" "$TLS_KEY" "$TLS_CA"; do
+      [[ -n "$f" && -r "$f" ]] || die "--tls-port needs readable --tls-cert, --tls-key and --tls-ca"
+    done
+    case "$TLS_AUTH_CLIENTS" in
+      no|yes|optional) ;;
+      *) die "--tls-auth-clients must be no, yes or optional" ;;
+    esac
+    if (exec 3<>"/dev/tcp/127.0.0.1/$TLS_PORT") 2>/dev/null; then die "port $TLS_PORT is already in use"; fi
+    args+=(--tls-port "$TLS_PORT" --tls-cert-file "$TLS_CERT" --tls-key-file "$TLS_KEY"
+      --tls-ca-cert-file "$TLS_CA" --tls-auth-clients "$TLS_AUTH_CLIENTS")
+  fi
+  if [[ -n "$ACL_USER" ]]; then
+    [[ "$ACL_USER" =~ ^[A-Za-z0-9._-]+$ ]] || die "--acl-user: letters, digits, '.', '_' and '-' only"
+    [[ -n "${REDIS_ACL_PASSWORD:-}" ]] || die "--acl-user needs REDIS_ACL_PASSWORD in the environment"
+    local digest
+    digest="$(printf '%s' "$REDIS_ACL_PASSWORD" | sha256sum | cut -d' ' -f1)"
+    (umask 077; printf 'user default off\nuser %s on #%s ~* &* +@all\n' "$ACL_USER" "$digest" \
+      >"$DIR/users.acl")
+    args+=(--aclfile "$DIR/users.acl")
+  fi
 }
 
 cmd_start() {
@@ -65,6 +108,7 @@ cmd_start() {
 
   local args=(--port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save '' --appendonly no
     --pidfile "$PID_FILE")
+  secured_args
   rm -f "$PID_FILE"
   if ((FOREGROUND)); then
     # Stay the parent so readiness can still be reported on stdout; logs go to stderr.

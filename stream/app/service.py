@@ -193,18 +193,12 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         return outbox.load(key, event.message.partition)
 
     async def handle(events: list[Any]) -> None:
-        messages = [
-            Message(
-                e.message.key,
-                e.message.value,
-                e.message.topic,
-                e.message.partition,
-                e.message.offset,
-                e,
-                _headers(e.message.headers),
-            )
-            for e in events
-        ]
+        messages: list[Message[Any]] = []
+        add = messages.append
+        for e in events:
+            m = e.message
+            headers = _headers(m.headers) if m.headers else []
+            add(Message(m.key, m.value, m.topic, m.partition, m.offset, e, headers))
         with stats.fold_seconds.time():
             result = fold_batch(messages, load, limits)
         with stats.publish_seconds.time():
@@ -248,9 +242,13 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
                     await asyncio.wait_for(work, 30)
                 except (PermanentRedisError, TimeoutError):
                     raise
-                transport.ack(events)
+                transport.ack(events, app.consumer)
                 raise
-            transport.ack(events)
+            transport.ack(events, app.consumer)
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def _tune_gc() -> None:  # once the app's long-lived objects exist
+        transport.tune_gc()
 
     @app.task  # type: ignore[untyped-decorator]
     async def _watch_redis() -> None:

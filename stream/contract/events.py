@@ -103,14 +103,19 @@ def read_event(raw: Any) -> Event:
         and "surfaceOp" not in raw
         and kind not in SURFACE_TYPES
     ):
+        # tuple.__new__: the same Event as Event(...), without NamedTuple's Python-level
+        # __new__ (a third of this path's cost; most events take this line).
         if kind not in READ_TYPES:
-            return Event(kind, seq, data, None, None, None, True)
+            return _new(Event, (kind, seq, data, None, None, None, True))
         if kind == "assistant/chunk":
             chunk = data.get("chunk")
             if type(chunk) is dict and chunk.get("type") != "usage":
-                return Event(kind, seq, data, None, None, None, True)
-        return Event(kind, seq, data, None)
+                return _new(Event, (kind, seq, data, None, None, None, True))
+        return _new(Event, (kind, seq, data, None, None, None, False))
     return _read_event_slowly(raw)
+
+
+_new = tuple.__new__
 
 
 def _read_event_slowly(raw: dict[str, Any]) -> Event:

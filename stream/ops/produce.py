@@ -88,7 +88,9 @@ def produce(
     target = topic or settings.input_topic
     started = time.monotonic()
 
-    def send(key: bytes, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+    def send(
+        key: bytes, value: bytes | None, headers: list[tuple[str, str | bytes | None]] | None
+    ) -> None:
         while True:
             try:
                 client.produce(target, value=value, key=key, headers=headers, on_delivery=delivered)

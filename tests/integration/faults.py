@@ -198,6 +198,7 @@ class Ledger:
     failed: list[str] = field(default_factory=list)
     dead_expected: set[tuple[int, int, int | None]] = field(default_factory=set)
     partition_of: dict[str, int] = field(default_factory=dict)
+    session_events: dict[str, int] = field(default_factory=dict)
     tags: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -212,6 +213,9 @@ class Ledger:
             self.messages += 1
             if out.session is not None:
                 self.logs.setdefault(out.session, []).extend(out.lines)
+                self.session_events[out.session] = (
+                    self.session_events.get(out.session, 0) + out.events
+                )
             self.events += out.events
             self.unreadable += len(out.dead)
             if out.tag:
@@ -998,6 +1002,33 @@ def redis_updates(deployment: Deployment, sessions: Sequence[str]) -> dict[str, 
     }
 
 
+def shortfall(deployment: Deployment, ledger: Ledger) -> str:
+    """Which sessions Redis holds fewer events for than were produced, and what the
+    output topic's latest update says of them (for a failure message)."""
+    client = deployment.redis()
+    raw = client.hgetall(f"{deployment.prefix}tallies")
+    tallies = {k.decode(): sum(map(int, v.split())) for k, v in raw.items()}
+    short = {
+        s: (n, tallies.get(s, 0))
+        for s, n in ledger.session_events.items()
+        if tallies.get(s, 0) != n
+    }
+    latest: dict[str, tuple[int, str]] = {}
+    for record in deployment.consume_all(f"{deployment.name}.context"):
+        headers = dict(record.headers() or [])
+        latest[record.key().decode()] = (record.offset(), headers.get("tally", b"").decode())
+    lines = [
+        f"totals {deployment.stats()} for {ledger.total} produced;"
+        f" {len(short)} of {len(ledger.session_events)} sessions short in Redis:"
+    ]
+    for s, (n, have) in sorted(short.items())[:10]:
+        lines.append(
+            f"  {s!r} (partition {ledger.partition_of.get(s)}): produced {n} events,"
+            f" redis tally {have}, output topic latest (offset, tally) {latest.get(s)}"
+        )
+    return "\n".join(lines)
+
+
 @dataclass
 class Verdict:
     """What a scenario came to (printed, and quoted in docs/reliability.md)."""
@@ -1069,13 +1100,19 @@ def verify(
         return all(v == 0 for v in consumer_lag(deployment).values())
 
     wait_live(live, caught_up, timeout, "every input partition's lag to reach 0", every=1.0)
-    wait_live(
-        live,
-        lambda: deployment.accounted() >= ledger.total,
-        timeout,
-        f"{ledger.total} events and unreadable parts accounted for",
-        every=0.5,
-    )
+    try:
+        wait_live(
+            live,
+            lambda: deployment.accounted() >= ledger.total,
+            timeout,
+            f"{ledger.total} events and unreadable parts accounted for",
+            every=0.5,
+        )
+    except AssertionError as error:
+        if "died" in str(error):
+            raise
+        # Consumed and committed, yet not accounted for: say which sessions fell short.
+        raise AssertionError(f"{error}\n{shortfall(deployment, ledger)}") from None
     # Redis is a cache written after Kafka: give a queue being worked off a moment (up to
     # 60 s, but not once nothing has moved for 5 s).
     deadline = time.monotonic() + 60
@@ -1192,6 +1229,41 @@ def wait_live(
         return check()
 
     wait_until(done, timeout, what, every)
+
+
+def cpu_seconds(worker: Worker) -> float:
+    """CPU time (user + system, all threads) the worker process has used so far."""
+    assert worker.process is not None
+    fields = Path(f"/proc/{worker.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def log_lines(worker: Worker) -> int:
+    with worker.log_path.open("rb") as log:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: log.read(1 << 20), b""))
+
+
+@dataclass(frozen=True)
+class Outage:
+    """What a worker did while something it depends on was down."""
+
+    seconds: float
+    cpu_seconds: float
+    log_lines: int
+
+    @property
+    def cores(self) -> float:
+        return self.cpu_seconds / self.seconds
+
+    @property
+    def lines_per_second(self) -> float:
+        return self.log_lines / self.seconds
+
+    def line(self) -> str:
+        return (
+            f"{self.seconds:.1f} s: {self.cores:.0%} of a core,"
+            f" {self.log_lines} log lines ({self.lines_per_second:,.0f}/s)"
+        )
 
 
 def wipe_state(worker: Worker) -> None:
@@ -1390,10 +1462,17 @@ class Broker:
     def stop(self) -> None:
         self._run("stop", "--data-dir", str(self.data_dir), timeout=120)
 
-    def bounce(self, down: float) -> None:
-        """Stop, stay down ``down`` seconds, start again (same port, same data)."""
+    def bounce(self, down: float, watch: Worker | None = None) -> Outage | None:
+        """Stop, stay down ``down`` seconds, start again (same port, same data); with
+        ``watch``, what that worker did meanwhile."""
         stopped = time.monotonic()
+        before = (cpu_seconds(watch), log_lines(watch)) if watch is not None else (0.0, 0)
         self.stop()
         time.sleep(down)
+        seen = (cpu_seconds(watch), log_lines(watch)) if watch is not None else (0.0, 0)
+        elapsed = time.monotonic() - stopped
         self.start()
         self.bounces.append(time.monotonic() - stopped)
+        if watch is None:
+            return None
+        return Outage(elapsed, seen[0] - before[0], seen[1] - before[1])

@@ -175,10 +175,26 @@ def test_a_closing_channel_ends_the_batches() -> None:
     assert asyncio.run(run()) == []
 
 
-def test_ack_acks_every_event() -> None:
-    events = _events(3)
-    transport.ack(events)
-    assert all(e.acked for e in events)
+def test_ack_releases_each_message_and_acks_it_on_its_last_reference() -> None:
+    class Message:
+        def __init__(self, refcount: int, acked: bool = False) -> None:
+            self.refcount, self.acked = refcount, acked
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.acked: list[Message] = []
+
+        def ack(self, message: Message) -> bool:
+            message.acked = True
+            self.acked.append(message)
+            return True
+
+    last, shared, done = Message(1), Message(2), Message(1, acked=True)
+    consumer = Consumer()
+    transport.ack([FakeEvent(m) for m in (last, shared, done)], consumer)
+    assert consumer.acked == [last]
+    assert shared.refcount == 1 and not shared.acked  # another channel still holds it
+    assert done.refcount == 1  # already acked: untouched
 
 
 # --- BatchSender --------------------------------------------------------------------------------
