@@ -401,7 +401,9 @@ def test_a_permanent_redis_error_stops_the_worker_loudly(
     deployment = Deployment(kafka_bootstrap, server.url, tmp_path)
     try:
         worker = deployment.start_worker()
-        redis_client.Redis.from_url(server.url).config_set("requirepass", "changed")
+        admin = redis_client.Redis.from_url(server.url)
+        admin.config_set("requirepass", "changed")
+        admin.client_kill_filter(_type="normal", skipme=True)  # connections re-authenticate
         deployment.stream("produce", *map(str, _corpus(tmp_path / "logs", sessions=1, seed=3)))
         assert worker.process is not None
         code = worker.process.wait(60)
