@@ -25,6 +25,8 @@ def test_the_demo_streams_the_examples_and_prints_updates(tmp_path: Path) -> Non
         DEMO_KAFKA_PORT=str(_free_port()),
         DEMO_REDIS_PORT=str(_free_port()),
         STREAM_WEB_PORT=str(_free_port()),
+        STREAM_METRICS_PORT=str(_free_port()),
+        STREAM_GATEWAY_PORT=str(_free_port()),
         DEMO_RATE="20000",
         DEMO_SECONDS="3",
     )
@@ -40,3 +42,4 @@ def test_the_demo_streams_the_examples_and_prints_updates(tmp_path: Path) -> Non
     # `stream watch` lines: the hand-made example's final update arrived through Redis.
     assert "example-system-prompts seq 15  ctx       692/131,072" in done.stdout
     assert "demo: stopping" in done.stderr
+    assert "demo: the context meter page: http://127.0.0.1:" in done.stderr
