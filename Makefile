@@ -62,5 +62,11 @@ bench: setup
 bench-smoke: setup
 	$(PY) -m benchmarks.run --smoke
 
+# The fault-injection suite scaled up (SIGKILLs, broker bounces, rebalances, Redis outages,
+# hostile input, standby takeovers: docs/reliability.md); about an hour on 2 cores.
+.PHONY: soak
+soak: setup
+	SOAK=1 $(PY) -m pytest tests/integration/test_faults.py -q -s
+
 clean:
 	rm -rf $(VENV) tests/oracle/node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -230,6 +230,10 @@ class WorkerProcess:
         return self.scenario.work / f"{self.scenario.name}-{self.tag}.requests.json"
 
     def start(self, timeout: float = 180, **env: str) -> None:
+        self.launch(**env)
+        self.wait_ready(timeout)
+
+    def launch(self, **env: str) -> None:
         command = [sys.executable, "-m", "benchmarks.probe" if self.probe else "stream"]
         if not self.probe:
             command.append("worker")
@@ -246,6 +250,9 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             command, env=environment, cwd=WORKER_TREE, stdout=output, stderr=subprocess.STDOUT
         )
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while "Worker]: Ready" not in self.log_path.read_text(errors="replace"):
             if self.process.poll() is not None or time.monotonic() > deadline:

@@ -16,9 +16,9 @@ Sections (all by default, in this order):
 
 Starts its own Kafka and Redis unless KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set.
 BENCH_WORKER_TREE=DIR runs the workers from another checkout (a before/after).
-``--smoke`` is the CI version: small corpora, two short live rates, the same code paths,
-well under a minute of measuring. Prints figures; asserts only that every event was
-accounted for.
+``--smoke`` is the CI version, under a minute: small corpora, two short live rates,
+single-event drains, the same code paths (replay excepted: it has its own integration
+test). Prints figures; asserts only that every event was accounted for.
 """
 
 import argparse
@@ -68,6 +68,7 @@ class Plan:
     drain_systems: tuple[str, ...]
     scale_sessions: int
     scale_turns: int
+    scale_settle: float  # seconds for two workers' group to settle before producing
     replay_args: tuple[str, ...]
     fold_sessions: int
     fold_turns: int
@@ -87,6 +88,7 @@ FULL = Plan(
     drain_systems=("ck", "quix", "faust", "ours"),
     scale_sessions=40,
     scale_turns=30,
+    scale_settle=8,
     replay_args=("--sessions", "40", "--turns", "30", "--segment", "16"),
     fold_sessions=40,
     fold_turns=30,
@@ -101,10 +103,11 @@ SMOKE = Plan(
     live_warmup=1,
     drain_sessions=6,
     drain_turns=4,
-    drain_segments=(1, 16),
+    drain_segments=(1,),
     drain_systems=("ck", "faust", "ours"),
     scale_sessions=6,
     scale_turns=4,
+    scale_settle=3,
     replay_args=(),
     fold_sessions=4,
     fold_turns=4,
@@ -302,8 +305,10 @@ def scale(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
         infra.create_topic(scenario.input_topic, scenario.partitions)
         started = [WorkerProcess(scenario, f"s{i}") for i in range(workers)]
         for w in started:
-            w.start()
-        time.sleep(8 if workers > 1 else 1)  # the group settles on its assignment
+            w.launch()
+        for w in started:
+            w.wait_ready()
+        time.sleep(plan.scale_settle if workers > 1 else 1)  # the group settles
         try:
             cpu0 = sum(w.cpu_seconds() for w in started)
             began = time.monotonic()
@@ -330,7 +335,9 @@ def scale(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
 
 
 def replay(infra: Infra, plan: Plan) -> dict[str, Any]:
-    args = list(plan.replay_args) or ["--sessions", "4", "--turns", "4", "--segment", "16"]
+    if not plan.replay_args:  # the smoke run: stream replay has its own integration test
+        return {"skipped": "not in the smoke run (tests/integration/test_replay.py)", "args": []}
+    args = list(plan.replay_args)
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=infra.bootstrap, REDIS_URL=infra.redis_url)
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.replay", *args],
@@ -433,7 +440,9 @@ def render(result: dict[str, Any]) -> str:
     rep = result.get("replay")
     if rep:
         args = " ".join(rep["args"])
-        if "error" in rep:
+        if "skipped" in rep:
+            add("replay", "-", rep["skipped"])
+        elif "error" in rep:
             add("replay", args, "failed: " + rep["error"].strip().splitlines()[-1][:80])
         else:
             add("replay", args, f"{n(rep['records_per_s'])} records/s to lag 0")
@@ -479,6 +488,11 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--rates", help="live rates, comma-separated (overrides the plan)")
+    parser.add_argument(
+        "--default-only",
+        action="store_true",
+        help="live: only the default settings (no STREAM_BATCH_WITHIN=0 sweep)",
+    )
     args = parser.parse_args()
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -487,6 +501,8 @@ def main() -> None:
     plan = SMOKE if args.smoke else FULL
     if args.rates:
         plan = Plan(**{**plan.__dict__, "live_rates": tuple(map(int, args.rates.split(",")))})
+    if args.default_only:
+        plan = Plan(**{**plan.__dict__, "live_variants": ((),)})
     if "drain" in only and "quix" in plan.drain_systems:
         try:
             import quixstreams  # noqa: F401

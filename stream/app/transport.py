@@ -15,10 +15,11 @@ guarantees:
   record of one fetch is checked against the read offset exactly as Faust does (gaps,
   ``commit_every``), turned into an event once (raw bytes need no decoding) and put on
   the subscribing channels' queues in one pass. The queues are Faust's own: bounded, the
-  partition paused at high pressure, and cleared by flow control on a rebalance. A full
-  queue waits — for room or for the rebalance that suspends the flow, as Faust's
-  ``wait_first`` does. Records fetched before a rebalance or a seek are dropped without
-  moving the read offset, so they are fetched again. Other topics take Faust's path.
+  partition paused at high pressure (the agent's is kept out of flow control's clearing:
+  ``_keep_on_resume``). A full queue waits — for room or for the rebalance that suspends
+  the flow, as Faust's ``wait_first`` does. Records fetched before a rebalance or a seek
+  are dropped without moving the read offset, so they are fetched again. Other topics
+  take Faust's path.
 - ``batches``: the agent drains its channel's queue in bulk instead of iterating the
   stream: up to ``max_`` events, whatever has arrived when the agent is free (the batch
   grows with the load by itself). Events taken while flow control is suspended wait for
@@ -308,6 +309,7 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
     channel = aiter(stream.channel)  # subscribes the channel, as iterating the stream does
     queue = channel.queue
     consumer = app.consumer
+    _keep_on_resume(queue)
     track = consumer.track_message
     flow_active = app.flow_control.is_active
     acking_topics = app.topics.acking_topics
@@ -457,6 +459,21 @@ def _resolver(records: list[Any], partition: int) -> Callable[[Any], None]:
             on_sent(partition, offset)
 
     return resolve
+
+
+def _keep_on_resume(queue: Any) -> None:
+    """Take the agent's queue out of flow control's clearing.
+
+    Faust clears every channel queue whenever flow control resumes (``clear_on_resume``)
+    and on a revoke, and table recovery resumes it *after* seeking the stream partitions
+    to their committed offsets: records queued in between are dropped while the read
+    offset says they were read, so they are never fetched again until the next rebalance
+    (stock Faust has this window too). ``batches`` already drops what a rebalance made
+    stale (by consumer generation), and a seek in the same generation only brings
+    duplicates, so this queue keeps its events. (mode-streaming 0.7.1 internals.)
+    """
+    queue._clear_on_resume = False
+    queue._flow_control._queues.discard(queue)  # app.flow_control, for a Faust channel
 
 
 def ack(events: Iterable[Any], consumer: Any) -> None:

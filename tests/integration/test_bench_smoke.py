@@ -1,5 +1,5 @@
-"""`make bench-smoke`: the benchmark runner's every section on small loads, against the
-session's broker and Redis. Figures are printed, not judged; the run must complete."""
+"""`make bench-smoke`: the benchmark runner on small loads, against the session's broker
+and Redis. Figures are printed, not judged; the run must complete."""
 
 import json
 import os
@@ -30,8 +30,8 @@ def test_the_benchmark_smoke_run_fills_every_section(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert len(result["live"]) >= 1 and all(row["lat_n"] > 0 for row in result["live"])
-    assert {(r["segment"], r["system"]) for r in result["drain"]} >= {(1, "ours"), (16, "ours")}
+    assert {r["system"] for r in result["drain"]} == {"ck", "faust", "ours"}
+    assert all(r["events_per_s"] > 0 for r in result["drain"])
     assert [r["workers"] for r in result["scale"]] == [1, 2]
-    assert "records_per_s" in result["replay"] or "error" in result["replay"]
     assert result["fold"]["unpacked"]["ours"]["events"] > 0
     assert "live" in done.stdout and "drain" in done.stdout

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +52,7 @@ from tests.integration.faults import (
     user_message,
     verify,
     wait_assignment,
+    wait_committed,
     wipe_state,
 )
 from tests.integration.harness import Deployment, RedisServer, Worker, wait_until
@@ -82,6 +83,10 @@ def _deployment(
     return deployment
 
 
+def _ready(worker: Worker) -> Callable[[], bool]:
+    return lambda: worker.probe("/readyz") == 200
+
+
 def _leave(worker: Worker) -> None:
     """SIGTERM, and it must be a graceful leave: exit status 0, not -15."""
     code = worker.terminate(timeout=120)
@@ -91,16 +96,39 @@ def _leave(worker: Worker) -> None:
 # --------------------------------------------------------------------------- crashes
 
 
+@pytest.mark.xfail(
+    strict=False,  # intermittent: about 1 run in 2 at this size, 3 in 4 at 14 kills
+    reason="service bug (data loss): the group commits input records no incarnation folded."
+    " stream/app/transport.py BulkConsumer._hand_over drops the rest of a fetch when"
+    " _seek_epoch or the generation changed ('fetched again from where the seek put it'),"
+    " but the fetch position of those partitions is not put back: aiokafka's"
+    " seek_to_committed skips partitions without a committed offset (offset None or 0),"
+    " and a partition the seek did not touch keeps its position. The next fetch starts"
+    " after the dropped records; _drain_messages then records the jump as a gap"
+    " (_add_gap: acked) or, with nothing committed yet, Faust's _new_offset commits the"
+    " first consecutive acked run: the dropped records are committed, never folded, and"
+    " their sessions fault ('gap: expected seq N, got M') for good. Seen after SIGKILL"
+    " restarts that restore rows from the changelog. Fix: seek every partition whose"
+    " records are dropped back to its first dropped offset (or its committed offset,"
+    " seek_to_beginning when there is none), and never _add_gap on the input topic"
+    " (its offsets are contiguous: a jump means we skipped records).",
+)
 def test_repeated_sigkill_while_producing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
 ) -> None:
     """SIGKILL the worker again and again while producing, with offsets committed every
     0.5 s; restarts alternate between its own state directory and an empty one (rows
     rebuilt from the changelog). Nothing lost, nothing counted twice."""
-    kills = scaled(6, 40)
+    kills = scaled(8, 40)
     rng = random.Random(101)
     deployment = _deployment(
-        deployments, kafka_bootstrap, redis_url, tmp_path, 4, STREAM_COMMIT_INTERVAL="0.5"
+        deployments,
+        kafka_bootstrap,
+        redis_url,
+        tmp_path,
+        4,
+        STREAM_COMMIT_INTERVAL="0.5",
+        STREAM_SESSION_TIMEOUT="6",  # the broker's minimum: the dead member leaves soonest
     )
     ledger = Ledger(input_topic(deployment))
     messages = session_traffic(rng, "kill", scaled(40, 400), (60, 220), garbage_rate=0.02)
@@ -111,7 +139,7 @@ def test_repeated_sigkill_while_producing(
     try:
         for n in range(kills):
             # Early kills land in recovery and the re-seed, later ones mid-batch.
-            time.sleep(rng.choice([0.3, 1.0, 2.0, 3.5]))
+            time.sleep(rng.choice([0.1, 0.3, 0.6, 1.0, 2.0, 3.5]))
             assert_alive(worker)
             worker.kill()
             if n % 2:
@@ -158,8 +186,13 @@ def bounced(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         feeder.start()
         outages = []
         try:
-            for _ in range(bounces):
+            wait_committed(deployment)
+            for n in range(bounces):
                 time.sleep(rng.uniform(3, 6))
+                # A burst past the worker's queue (4,096 events), so it is still folding
+                # and publishing when the broker goes (the controlled shutdown takes ~2 s).
+                burst = [m for k in range(20) for m in ticks(f"burst-{n}-{k}".encode(), 0, 500)]
+                produce_now(deployment, ledger, burst)
                 outage = broker.bounce(down=scaled(6.0, 25.0), watch=worker)
                 assert outage is not None
                 outages.append(outage)
@@ -211,19 +244,21 @@ def test_rebalance_storm_more_workers_than_partitions(
 ) -> None:
     """Three workers on two partitions joining and leaving (SIGTERM: each leave must be
     graceful, exit 0) while producing; some rejoin on an empty state directory."""
-    rounds = scaled(4, 24)
+    rounds = scaled(3, 24)
     rng = random.Random(303)
     deployment = _deployment(
         deployments, kafka_bootstrap, redis_url, tmp_path, 2, STREAM_COMMIT_INTERVAL="0.5"
     )
     ledger = Ledger(input_topic(deployment))
     messages = session_traffic(rng, "storm", scaled(30, 200), (60, 200), garbage_rate=0.02)
-    workers = [deployment.start_worker(tag) for tag in ("a", "b", "c")]
+    first = deployment.start_worker("a")
     feeder = Feeder(deployment, ledger, messages, seconds=rounds * 9)
     feeder.start()
     started = time.monotonic()
     leaves = 0
     try:
+        wait_committed(deployment)
+        workers = [first, deployment.start_worker("b"), deployment.start_worker("c")]
         for n in range(rounds):
             time.sleep(rng.uniform(0.5, 3))
             live = [w for w in workers if alive(w)]
@@ -259,7 +294,7 @@ def test_standby_replica_takes_over_warm(
     reads nothing from the changelog; without, it restores the whole partition. Both
     stay exact; the figures are printed. The session timeout (6 s, the broker's minimum)
     is how long the group takes to notice the death, in both."""
-    sessions = scaled(6000, 40000)
+    sessions = scaled(3000, 40000)
     seconds: dict[int, float] = {}
     restored: dict[int, int] = {}
     for standby in (1, 0):
@@ -284,6 +319,7 @@ def test_standby_replica_takes_over_warm(
         time.sleep(3)  # the standby reads the last rows off the changelog
         victim, survivor = (a, b) if assigned(a) else (b, a)
         taken = assigned(victim)
+        wait_committed(deployment)
         seconds[standby] = takeover_seconds(deployment, ledger, victim, probes)
         verdict = verify(deployment, ledger, deployment.workdir)
         reads = changelog_restored(survivor)
@@ -328,7 +364,7 @@ def test_redis_outage_past_max_poll_interval_with_a_rebalance(
         feeder = Feeder(deployment, ledger, messages, seconds=outage + 10)
         feeder.start()
         try:
-            time.sleep(3)
+            wait_committed(deployment)
             server.stop()
             down = time.monotonic()
             wait_until(lambda: first.probe("/readyz") == 503, 30, "readiness to drop")
@@ -345,9 +381,52 @@ def test_redis_outage_past_max_poll_interval_with_a_rebalance(
             feeder.stopping.set()
         for worker in (first, second):
             assert_alive(worker)
-            wait_until(lambda w=worker: w.probe("/readyz") == 200, 60, "readiness to return")
+            wait_until(_ready(worker), 60, "readiness to return")
             assert "leaving group" not in worker.log().lower()
         say(f"redis outage: down {up - down:.1f} s, a worker joined meanwhile; {verdict.line()}")
+    finally:
+        for deployment in deployments:
+            deployment.stop_all()
+        server.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="service bug: a worker assigned partitions while Redis is down re-seeds them"
+    " (stream/app/service.py reseed): the updates queue, publisher.flush(60) gives up after"
+    " 60 s, and Publisher.mark (stream/publish/publisher.py) then calls the raw Redis"
+    " client, whose ConnectionError escapes the app.add_future task and crashes the App"
+    " (exit 1); restarted, it is assigned again and crashes again: any rebalance during a"
+    " Redis outage past 60 s crash-loops the workers, and consumption stops. Fix: treat"
+    " mark() like the writes (transient -> leave the partition unmarked, so _watch_redis"
+    " re-seeds it once Redis answers; permanent -> on_permanent).",
+)
+def test_a_long_redis_outage_with_a_rebalance_crashes_no_worker(
+    kafka_bootstrap: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """A worker joins while Redis is down, and Redis stays down longer than the re-seed's
+    60 s wait: both workers keep consuming, and Redis comes back exact."""
+    rng = random.Random(515)
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        deployment = _deployment(
+            deployments, kafka_bootstrap, server.url, tmp_path, 4, STREAM_REDIS_CHECK_INTERVAL="1"
+        )
+        ledger = Ledger(input_topic(deployment))
+        first = deployment.start_worker("l")
+        produce_now(deployment, ledger, session_traffic(rng, "long", 10, (20, 80)))
+        wait_committed(deployment)
+        server.stop()
+        down = time.monotonic()
+        second = deployment.start_worker("l")  # assigned partitions with Redis down
+        produce_now(deployment, ledger, session_traffic(rng, "later", 10, (20, 80)))
+        while time.monotonic() - down < 75:
+            assert_alive(first)
+            assert_alive(second)
+            time.sleep(1)
+        server.start()
+        verify(deployment, ledger, tmp_path)
     finally:
         for deployment in deployments:
             deployment.stop_all()

@@ -72,10 +72,12 @@ class FakeApp:
 
 
 class FakeChannel:
-    def __init__(self) -> None:
+    def __init__(self, flow: FlowControlEvent | None = None) -> None:
+        flow = flow or FlowControlEvent(initially_suspended=False)
         self.queue: ThrowableQueue[Any] = ThrowableQueue(
-            maxsize=100, flow_control=FlowControlEvent(initially_suspended=False)
+            maxsize=100, flow_control=flow, clear_on_resume=True
         )
+        self.flow = flow
 
     def __aiter__(self) -> "FakeChannel":
         return self
@@ -153,6 +155,25 @@ def test_events_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_gen
         return await asyncio.wait_for(pending, 1)
 
     assert [e.message.offset for e in asyncio.run(run())] == [2]
+
+
+def test_resuming_flow_control_does_not_drop_queued_events() -> None:
+    async def run() -> list[FakeEvent]:
+        flow = FlowControlEvent(initially_suspended=False)
+        app = FakeApp()
+        stream = FakeStream(app, FakeChannel(flow))
+        taken = transport.batches(stream, 10)
+        first = asyncio.ensure_future(anext(taken))
+        await asyncio.sleep(0)  # the agent holds its queue now
+        stream.channel.queue.put_nowait(_events(1)[0])
+        await first
+        for event in _events(2, start=1):
+            stream.channel.queue.put_nowait(event)
+        flow.suspend()
+        flow.resume()  # Faust's resume clears managed queues: not this one
+        return await asyncio.wait_for(anext(taken), 1)
+
+    assert [e.message.offset for e in asyncio.run(run())] == [1, 2]
 
 
 def test_linger_waits_for_more_events() -> None:
