@@ -199,6 +199,13 @@ def test_replay_refuses_live_members_and_lag_equals_the_brokers_figures(
     deployment.stream("produce", *map(str, paths[:2]))
     deployment.wait_accounted(_event_count(paths[:2]))
     topic = _input(deployment)
+
+    def settled() -> bool:  # the worker commits on its interval: wait for it
+        return all(
+            high == 0 or c == high for _, high, c in _broker_view(deployment, topic).values()
+        )
+
+    wait_until(settled, 60, "the worker's commits")
     before = _broker_view(deployment, topic)
 
     refused = _stream(deployment, "replay", "--to-earliest")
