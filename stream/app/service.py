@@ -219,8 +219,13 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         sent = 0
         for partition in sorted(partitions):
             sent += await publisher.reseed(rows_of(partition), partition)
-        await publisher.flush(60)  # queued (Redis away): marked only once really written
-        await publisher.mark(sorted(partitions))
+        # Marked only once really written: with Redis away the updates stay queued, the
+        # marker stays missing, and the next check re-seeds again.
+        if await publisher.flush(60):
+            try:
+                await publisher.mark(sorted(partitions))
+            except Exception as error:  # transient: the next check tries again
+                log.warning("could not mark re-seeded partitions: %s", error)
         publisher.state.reseeds += 1
         log.info("re-seeded Redis from %d partitions (%d sessions): %s", len(partitions), sent, why)
 
