@@ -23,6 +23,7 @@ import pytest
 
 from stream.config import Settings
 from stream.ops.admin import ensure_topics
+from tests.generators.sessions import RawNumber
 from tests.integration.faults import (
     DEFAULT_LIMITS,
     Broker,
@@ -44,6 +45,7 @@ from tests.integration.faults import (
     produce_now,
     say,
     scaled,
+    segment,
     session_traffic,
     single,
     takeover_seconds,
@@ -96,30 +98,15 @@ def _leave(worker: Worker) -> None:
 # --------------------------------------------------------------------------- crashes
 
 
-@pytest.mark.xfail(
-    strict=False,  # intermittent: about 1 run in 2 at this size, 3 in 4 at 14 kills
-    reason="service bug (data loss): the group commits input records no incarnation folded."
-    " stream/app/transport.py BulkConsumer._hand_over drops the rest of a fetch when"
-    " _seek_epoch or the generation changed ('fetched again from where the seek put it'),"
-    " but the fetch position of those partitions is not put back: aiokafka's"
-    " seek_to_committed skips partitions without a committed offset (offset None or 0),"
-    " and a partition the seek did not touch keeps its position. The next fetch starts"
-    " after the dropped records; _drain_messages then records the jump as a gap"
-    " (_add_gap: acked) or, with nothing committed yet, Faust's _new_offset commits the"
-    " first consecutive acked run: the dropped records are committed, never folded, and"
-    " their sessions fault ('gap: expected seq N, got M') for good. Seen after SIGKILL"
-    " restarts that restore rows from the changelog. Fix: seek every partition whose"
-    " records are dropped back to its first dropped offset (or its committed offset,"
-    " seek_to_beginning when there is none), and never _add_gap on the input topic"
-    " (its offsets are contiguous: a jump means we skipped records).",
-)
 def test_repeated_sigkill_while_producing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
 ) -> None:
     """SIGKILL the worker again and again while producing, with offsets committed every
     0.5 s; restarts alternate between its own state directory and an empty one (rows
-    rebuilt from the changelog). Nothing lost, nothing counted twice."""
-    kills = scaled(8, 40)
+    rebuilt from the changelog). Nothing lost, nothing counted twice. (Regression: records
+    queued while a restarted worker's recovery resumed the flow were dropped and committed
+    unfolded, until 9c5ab74; 5 of 9 runs of 14 kills lost events.)"""
+    kills = scaled(7, 40)
     rng = random.Random(101)
     deployment = _deployment(
         deployments,
@@ -165,22 +152,26 @@ class Bounced:
     outages: list[Outage]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def bounced(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bounced]:
     """The broker (dedicated, on a fixed port below the ephemeral range) stopped and
     started again with the same data, twice, while producing and committing every 0.5 s;
-    run once, read by the tests below."""
+    run once for the two tests of ``TestBrokerBounce`` and stopped right after them."""
     bounces = scaled(2, 8)
     rng = random.Random(202)
     tmp_path = tmp_path_factory.mktemp("bounce")
     broker = Broker.on_fixed_port(tmp_path / "kafka")
     bootstrap = broker.start()
     deployment = Deployment(
-        bootstrap, redis_url, tmp_path, partitions=4, extra_env={"STREAM_COMMIT_INTERVAL": "0.5"}
+        bootstrap,
+        redis_url,
+        tmp_path,
+        partitions=4,
+        extra_env={"STREAM_COMMIT_INTERVAL": "0.5"},
     )
     try:
         ledger = Ledger(input_topic(deployment))
-        messages = session_traffic(rng, "bounce", scaled(40, 300), (60, 220), garbage_rate=0.02)
+        messages = session_traffic(rng, "bounce", scaled(40, 300), (60, 220))
         worker = deployment.start_worker("b")
         feeder = Feeder(deployment, ledger, messages, seconds=scaled(30, 400))
         feeder.start()
@@ -191,9 +182,9 @@ def bounced(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 time.sleep(rng.uniform(3, 6))
                 # A burst past the worker's queue (4,096 events), so it is still folding
                 # and publishing when the broker goes (the controlled shutdown takes ~2 s).
-                burst = [m for k in range(20) for m in ticks(f"burst-{n}-{k}".encode(), 0, 500)]
-                produce_now(deployment, ledger, burst)
-                outage = broker.bounce(down=scaled(6.0, 25.0), watch=worker)
+                keys = [f"burst-{n}-{k}".encode() for k in range(12)]
+                produce_now(deployment, ledger, [m for k in keys for m in ticks(k, 0, 500)])
+                outage = broker.bounce(down=scaled(5.0, 25.0), watch=worker)
                 assert outage is not None
                 outages.append(outage)
                 assert_alive(worker)
@@ -208,32 +199,35 @@ def bounced(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         broker.stop()
 
 
-def test_broker_stopped_and_started_again_mid_stream(bounced: Bounced) -> None:
-    """The worker rides out both outages, stays in its group and loses nothing."""
-    downs = ", ".join(f"{s:.1f}" for s in bounced.downs)
-    say(f"broker bounce: {len(bounced.downs)} bounces (down {downs} s); {bounced.verdict.line()}")
-    for outage in bounced.outages:
-        say(f"  the worker while the broker was down {outage.line()}")
+class TestBrokerBounce:
+    """One broker run (``bounced``) read by both tests."""
 
+    def test_broker_stopped_and_started_again_mid_stream(self, bounced: Bounced) -> None:
+        """The worker rides out both outages, stays in its group and loses nothing."""
+        downs = ", ".join(f"{s:.1f}" for s in bounced.downs)
+        say(f"broker bounce: {len(bounced.downs)} bounces (down {downs} s)")
+        say(f"  {bounced.verdict.line()}")
+        for outage in bounced.outages:
+            say(f"  the worker while the broker was down {outage.line()}")
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug (via aiokafka 0.14): with records queued for a partition whose"
-    " leader is unknown, aiokafka/producer/sender.py _sender_routine (lines 155-168) calls"
-    " client.force_metadata_update() and waits on it; with the broker down that update"
-    " fails at once, so the loop spins without backoff: more than a core of CPU and"
-    " ~5,000-14,000 ERROR lines a second ('Unable connect to node', 'Unable to update"
-    " metadata') for as long as the broker is away. Fix in stream/app/transport.py: a"
-    " producer whose failed metadata update resolves no sooner than retry_backoff_ms, and"
-    " rate-limited aiokafka connection errors in the log.",
-)
-def test_a_broker_outage_does_not_spin_the_worker(bounced: Bounced) -> None:
-    """While the broker is down, the worker waits: under half a core and under 500 log
-    lines a second (a healthy client backs off between attempts)."""
-    worst = max(bounced.outages, key=lambda o: o.cores)
-    assert worst.cores < 0.5, worst.line()
-    noisiest = max(bounced.outages, key=lambda o: o.lines_per_second)
-    assert noisiest.lines_per_second < 500, noisiest.line()
+    @pytest.mark.xfail(
+        strict=True,
+        reason="service bug (via aiokafka 0.14): with records queued for a partition whose"
+        " leader is unknown, aiokafka/producer/sender.py _sender_routine (lines 155-168) calls"
+        " client.force_metadata_update() and waits on it; with the broker down that update"
+        " fails at once, so the loop spins without backoff: more than a core of CPU and"
+        " ~6,000-14,000 ERROR lines a second ('Unable connect to node', 'Unable to update"
+        " metadata') for as long as the broker is away. Fix in stream/app/transport.py: a"
+        " producer whose failed metadata update resolves no sooner than retry_backoff_ms, and"
+        " rate-limited aiokafka connection errors in the log.",
+    )
+    def test_a_broker_outage_does_not_spin_the_worker(self, bounced: Bounced) -> None:
+        """While the broker is down, the worker waits: under half a core and under 500 log
+        lines a second (a healthy client backs off between attempts)."""
+        worst = max(bounced.outages, key=lambda o: o.cores)
+        assert worst.cores < 0.5, worst.line()
+        noisiest = max(bounced.outages, key=lambda o: o.lines_per_second)
+        assert noisiest.lines_per_second < 500, noisiest.line()
 
 
 # --------------------------------------------------------------------------- the group
@@ -294,7 +288,7 @@ def test_standby_replica_takes_over_warm(
     reads nothing from the changelog; without, it restores the whole partition. Both
     stay exact; the figures are printed. The session timeout (6 s, the broker's minimum)
     is how long the group takes to notice the death, in both."""
-    sessions = scaled(3000, 40000)
+    sessions = scaled(2000, 40000)
     seconds: dict[int, float] = {}
     restored: dict[int, int] = {}
     for standby in (1, 0):
@@ -372,7 +366,10 @@ def test_redis_outage_past_max_poll_interval_with_a_rebalance(
             second = deployment.start_worker("r")  # joins while Redis is down
             wait_assignment([first, second], 4)
             assert first.metrics()["stream_redis_retrying"] == 1
-            time.sleep(max(0.0, outage - (time.monotonic() - down)))
+            while time.monotonic() - down < outage:  # both keep running all along
+                assert_alive(first)
+                assert_alive(second)
+                time.sleep(1)
             server.start()  # empty: the workers re-seed it
             up = time.monotonic()
             feeder.finish()
@@ -390,22 +387,13 @@ def test_redis_outage_past_max_poll_interval_with_a_rebalance(
         server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug: a worker assigned partitions while Redis is down re-seeds them"
-    " (stream/app/service.py reseed): the updates queue, publisher.flush(60) gives up after"
-    " 60 s, and Publisher.mark (stream/publish/publisher.py) then calls the raw Redis"
-    " client, whose ConnectionError escapes the app.add_future task and crashes the App"
-    " (exit 1); restarted, it is assigned again and crashes again: any rebalance during a"
-    " Redis outage past 60 s crash-loops the workers, and consumption stops. Fix: treat"
-    " mark() like the writes (transient -> leave the partition unmarked, so _watch_redis"
-    " re-seeds it once Redis answers; permanent -> on_permanent).",
-)
 def test_a_long_redis_outage_with_a_rebalance_crashes_no_worker(
     kafka_bootstrap: str, tmp_path: Path, deployments: list[Deployment]
 ) -> None:
     """A worker joins while Redis is down, and Redis stays down longer than the re-seed's
-    60 s wait: both workers keep consuming, and Redis comes back exact."""
+    60 s wait: both workers keep consuming, and Redis comes back exact.
+    (Regression: the re-seed's marker write once crashed such a worker 60 s in, exit 1.)
+    """
     rng = random.Random(515)
     server = RedisServer(tmp_path / "redis")
     server.start()
@@ -421,7 +409,7 @@ def test_a_long_redis_outage_with_a_rebalance_crashes_no_worker(
         down = time.monotonic()
         second = deployment.start_worker("l")  # assigned partitions with Redis down
         produce_now(deployment, ledger, session_traffic(rng, "later", 10, (20, 80)))
-        while time.monotonic() - down < 75:
+        while time.monotonic() - down < 70:
             assert_alive(first)
             assert_alive(second)
             time.sleep(1)
@@ -462,6 +450,58 @@ def test_thousands_of_hostile_cases_in_good_traffic(
         f"hostile: {traffic.cases} cases, {len(traffic.clean)} clean sessions exact,"
         f" in {time.monotonic() - started:.0f} s; messages by kind: {kinds}; {verdict.line()}"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="service bug: an event is read differently depending on the rest of its"
+    " message. stream/contract/jsontext.py loads parses with orjson, which reads integers"
+    " past 64 bits as doubles (as JSON.parse does: 1.2345678901234568e+29), but when"
+    " anything in the message needs the stdlib fallback (an escaped lone surrogate, 1e400)"
+    " the whole message is re-read by json, which keeps them exact"
+    " (123456789012345678901234567890): the fault texts quoting such a number then differ"
+    " from `stream fold` of the same event, in Redis and the output topic (found by the"
+    " soak's hostile run; prices agree, pricing rounds like JavaScript). Fix: a parse_int"
+    " in the fallback decoder that reads integers past 2**64 as"
+    " float(text), as orjson does.",
+)
+def test_a_segment_reads_its_events_as_they_read_alone(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """The same event, alone or in a segment with an escaped lone surrogate, folds the
+    same (contract: errors are deterministic)."""
+    deployment = _deployment(deployments, kafka_bootstrap, redis_url, tmp_path, 1)
+    ledger = Ledger(input_topic(deployment))
+    deployment.start_worker("seg")
+    huge = RawNumber("123456789012345678901234567890")
+    block = {"type": "mystery", "n": huge}  # priced: JSON.stringify prints the double
+    messages = []
+    for n, key in enumerate((b"alone", b"with-a-surrogate")):
+        parts = [
+            Part(text_of(user_message(0, [block]))),
+            Part(text_of(user_message(1, [{"type": "text", "text": "ok"}]))),
+            Part(
+                text_of(
+                    {
+                        "type": "assistant/message",
+                        "seq": 2,
+                        "time": 2,
+                        "surfaceOp": "append",
+                        "data": {
+                            "turn": 0,
+                            "step": 0,
+                            "message": {"role": "assistant", "content": []},
+                            "usage": {"inputTokens": huge, "outputTokens": 1},
+                        },
+                    }
+                )
+            ),
+        ]
+        if n:  # the same events, with a lone surrogate in the same segment
+            parts[1] = Part(text_of(user_message(1, [{"type": "text", "text": "\ud800"}])))
+        messages.append(segment(key, parts, DEFAULT_LIMITS, "segment"))
+    produce_now(deployment, ledger, messages)
+    verify(deployment, ledger, tmp_path, timeout=120)
 
 
 # --------------------------------------------------------------------------- backlog

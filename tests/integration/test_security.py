@@ -437,16 +437,6 @@ def test_a_wrong_kafka_password_stops_the_worker_without_quoting_it(
         assert credential not in log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug: with a wrong Redis password the worker crashes (exit 1, Faust"
-    " 'Crashed reason=auth:AuthenticationError' traceback) instead of stopping with exit 3"
-    " and 'stream worker: stopped: ...' as a permanent Redis error must: the re-seed on"
-    " assignment (stream/app/service.py reseed) calls Publisher.mark"
-    " (stream/publish/publisher.py), which uses the raw client and bypasses the"
-    " permanent/transient classification. Fix: route mark()/unmarked() errors through the"
-    " publisher (permanent -> on_permanent, transient -> retry later).",
-)
 def test_a_wrong_redis_password_stops_the_worker_without_quoting_it(
     secure_kafka: SecureKafka,
     secure_redis: SecureRedis,
@@ -455,7 +445,9 @@ def test_a_wrong_redis_password_stops_the_worker_without_quoting_it(
     deployments: list[Deployment],
 ) -> None:
     """A permanent Redis refusal stops the worker with exit 3 and a clear message
-    (contract: "What is published"), quoting no credential."""
+    (contract: "What is published"), quoting no credential.
+    (Regression: the re-seed's marker write once crashed it with exit 1 and a traceback.)
+    """
     wrong = _secret()
     deployment = _sasl_deployment(secure_kafka, secure_redis, pki, tmp_path, redis_password=wrong)
     deployments.append(deployment)
