@@ -9,7 +9,6 @@ KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set. Prints figures; asserts nothing a
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,19 +19,9 @@ from pathlib import Path
 import redis
 
 from benchmarks.corpus import write_corpus
+from benchmarks.infra import infrastructure
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _script(*args: str) -> str:
-    done = subprocess.run(["bash", *args], cwd=REPO, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 def main() -> None:
@@ -43,25 +32,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=6)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="e2e-"))
-    started: list[tuple[str, ...]] = []
-    bootstrap, redis_url = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), os.environ.get("REDIS_URL")
-    if not bootstrap or not redis_url:
-        port = _free_port()
-        bootstrap = _script(
-            "deploy/kafka.sh",
-            "start",
-            "--port",
-            str(port),
-            "--controller-port",
-            str(_free_port()),
-            "--data-dir",
-            str(work / "kafka"),
-        )
-        started.append(("deploy/kafka.sh", "stop", "--data-dir", str(work / "kafka")))
-        redis_url = _script(
-            "deploy/redis.sh", "start", "--port", str(_free_port()), "--dir", str(work / "redis")
-        )
-        started.append(("deploy/redis.sh", "stop", "--dir", str(work / "redis")))
+    with infrastructure(work) as infra:
+        _run(args, work, infra.bootstrap, infra.redis_url)
+
+
+def _run(args: argparse.Namespace, work: Path, bootstrap: str, redis_url: str) -> None:
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     env = dict(
         os.environ,
@@ -128,8 +103,6 @@ def main() -> None:
     finally:
         worker.terminate()
         worker.wait(60)
-        for stop in started:
-            subprocess.run(["bash", *stop], cwd=REPO, capture_output=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set. Prints figures; asserts only corr
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,22 +25,12 @@ import orjson
 import redis
 
 from benchmarks.corpus import write_corpus
+from benchmarks.infra import infrastructure
 from stream.config import Settings
 from stream.ops.lag import read_lag
 
 REPO = Path(__file__).resolve().parents[1]
 STREAM = (sys.executable, "-m", "stream")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _script(*args: str) -> str:
-    done = subprocess.run(["bash", *args], cwd=REPO, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 def _stream(env: dict[str, str], *args: str) -> str:
@@ -110,24 +99,11 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=2.0, help="progress line every")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="replay-"))
-    started: list[tuple[str, ...]] = []
-    bootstrap, redis_url = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), os.environ.get("REDIS_URL")
-    if not bootstrap or not redis_url:
-        bootstrap = _script(
-            "deploy/kafka.sh",
-            "start",
-            "--port",
-            str(_free_port()),
-            "--controller-port",
-            str(_free_port()),
-            "--data-dir",
-            str(work / "kafka"),
-        )
-        started.append(("deploy/kafka.sh", "stop", "--data-dir", str(work / "kafka")))
-        redis_url = _script(
-            "deploy/redis.sh", "start", "--port", str(_free_port()), "--dir", str(work / "redis")
-        )
-        started.append(("deploy/redis.sh", "stop", "--dir", str(work / "redis")))
+    with infrastructure(work) as infra:
+        _run(args, work, infra.bootstrap, infra.redis_url)
+
+
+def _run(args: argparse.Namespace, work: Path, bootstrap: str, redis_url: str) -> None:
     name = f"replay-{uuid.uuid4().hex[:6]}"
     env = dict(
         os.environ,
@@ -206,8 +182,6 @@ def main() -> None:
             raise SystemExit(1)
     finally:
         worker.stop()
-        for stop in started:
-            subprocess.run(["bash", *stop], cwd=REPO, capture_output=True)
 
 
 if __name__ == "__main__":
