@@ -12,6 +12,8 @@ import re
 from json.encoder import encode_basestring  # C-accelerated; escapes like JS for lengths
 from typing import Any
 
+from stream.contract.jsontext import MAX_DEPTH
+
 _MAX_SAFE = 2**53
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -64,26 +66,8 @@ def js_number(value: float | int) -> str:
     return sign + body
 
 
-def json_len(value: Any) -> int:
-    """Length of ``JSON.stringify(value)`` for a value parsed from JSON text."""
+def _scalar_len(value: Any) -> int:
     kind = type(value)
-    if kind is str:
-        return json_string_len(value)
-    if kind is dict:
-        if not value:
-            return 2
-        # braces + a colon per member + commas between members
-        total = 1 + 2 * len(value)
-        for key, item in value.items():
-            total += json_string_len(key) + json_len(item)
-        return total
-    if kind is list:
-        if not value:
-            return 2
-        total = 1 + len(value)
-        for item in value:
-            total += json_len(item)
-        return total
     if kind is bool:
         return 4 if value else 5
     if value is None:
@@ -91,3 +75,42 @@ def json_len(value: Any) -> int:
     if kind is int or kind is float:
         return len(js_number(value))
     raise TypeError(f"not a JSON value: {kind.__name__}")
+
+
+def json_len(value: Any) -> int:
+    """Length of ``JSON.stringify(value)`` for a value parsed from JSON text.
+
+    Walked with a work list, not recursion, so the answer never depends on the caller's
+    stack; a value nested deeper than an event may be (``MAX_DEPTH``) raises ValueError."""
+    kind = type(value)
+    if kind is str:
+        return json_string_len(value)
+    if kind is not dict and kind is not list:
+        return _scalar_len(value)
+    total = 0
+    pending = [(value, 1)]
+    while pending:
+        container, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        if not container:
+            total += 2
+            continue
+        if type(container) is dict:
+            # braces + a colon per member + commas between members
+            total += 1 + 2 * len(container)
+            for key in container:
+                total += json_string_len(key)
+            items: Any = container.values()
+        else:
+            total += 1 + len(container)  # brackets + commas between items
+            items = container
+        for item in items:
+            kind = type(item)
+            if kind is str:
+                total += json_string_len(item)
+            elif kind is dict or kind is list:
+                pending.append((item, depth + 1))
+            else:
+                total += _scalar_len(item)
+    return total

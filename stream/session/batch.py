@@ -20,7 +20,7 @@ import orjson
 
 from stream.contract.errors import MAX_ERROR_CHARS, Unreadable, safe_text
 from stream.contract.events import Event, read_event
-from stream.contract.jsontext import dumps, loads
+from stream.contract.jsontext import PARSE_DEPTH, check_depth, dumps, loads, might_nest
 from stream.contract.storage import ChunkRun, decode_line
 from stream.session import codec
 from stream.session.processor import (
@@ -209,11 +209,16 @@ def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None
             dead(f"message of {len(value):,} bytes exceeds {limits.message_bytes:,}")
         ]
     try:
-        body = loads(value)
+        # A segment nests its events one level deeper: parse the message as deep as any
+        # parser here reads, then hold each event to the event bound (as `stream fold`).
+        body = loads(value, PARSE_DEPTH)
     except Unreadable as error:
         return session_id, [dead(str(error))]
+    deep = might_nest(value)
     if type(body) is not list:
         try:
+            if deep:
+                check_depth(body)
             return session_id, [_item(body)]
         except Unreadable as error:
             return session_id, [dead(str(error))]
@@ -226,6 +231,8 @@ def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None
     out: list[Item] = []
     for index, element in enumerate(body):
         try:
+            if deep:
+                check_depth(element)
             out.append(_item(element))
         except Unreadable as error:
             out.append(dead(str(error), _reencode(element, value), index))

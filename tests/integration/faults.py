@@ -34,6 +34,7 @@ from typing import Any, Final, TypeVar
 import orjson
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from stream.contract.jsontext import MAX_DEPTH, text_depth
 from tests.generators.sessions import (
     DupKeyObject,
     RawNumber,
@@ -524,6 +525,12 @@ def deep_array(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth
 
 
+def nested_part(text: bytes) -> Part:
+    """An event spliced with deep nesting, as a message of its own: readable up to the
+    contract's nesting bound, unreadable (dead-lettered) past it."""
+    return Part(text, 1 if text_depth(text) <= MAX_DEPTH else 0, alone=True)
+
+
 def user_message(seq: int, content: Any, op: Any = "append") -> dict[str, Any]:
     return {
         "type": "user/message",
@@ -753,8 +760,8 @@ def _mutate(rng: random.Random, s: HostileSession, limits: Limits, depth: int) -
     elif kind == "exotic":
         s.append(Part(text_of(rng.choice(_exotic(rng, s.next_seq)))))
     elif kind == "deep":
-        # Nesting the runtime cannot price: the projection that prices it faults. Spliced
-        # in as text (no encoder recurses that deep).
+        # Nesting at or past the contract's bound (the event is priced, or dead-lettered
+        # and its seq missing). Spliced in as text (no encoder here recurses that deep).
         seq = s.next_seq
         where = rng.choice(["block", "tools", "ignored"])
         if where == "block":
@@ -768,8 +775,8 @@ def _mutate(rng: random.Random, s: HostileSession, limits: Limits, depth: int) -
             }
         else:
             event = {"type": "turn/start", "seq": seq, "time": seq, "data": {"x": "@DEEP@"}}
-        text = text_of(event).replace(b'"@DEEP@"', deep_array(depth))
-        s.append(Part(text, alone=True))
+        levels = rng.choice([MAX_DEPTH - 8, depth])
+        s.append(nested_part(text_of(event).replace(b'"@DEEP@"', deep_array(levels))))
 
 
 def _seq_of(part: Part) -> int | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from stream.config import Settings
+from stream.contract.jsontext import MAX_DEPTH
 from stream.ops.admin import ensure_topics
 from tests.generators.sessions import RawNumber
 from tests.integration.faults import (
@@ -40,6 +41,7 @@ from tests.integration.faults import (
     deep_array,
     hostile_traffic,
     input_topic,
+    nested_part,
     probe_sessions,
     produce_in_steps,
     produce_now,
@@ -452,19 +454,6 @@ def test_thousands_of_hostile_cases_in_good_traffic(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug: an event is read differently depending on the rest of its"
-    " message. stream/contract/jsontext.py loads parses with orjson, which reads integers"
-    " past 64 bits as doubles (as JSON.parse does: 1.2345678901234568e+29), but when"
-    " anything in the message needs the stdlib fallback (an escaped lone surrogate, 1e400)"
-    " the whole message is re-read by json, which keeps them exact"
-    " (123456789012345678901234567890): the fault texts quoting such a number then differ"
-    " from `stream fold` of the same event, in Redis and the output topic (found by the"
-    " soak's hostile run; prices agree, pricing rounds like JavaScript). Fix: a parse_int"
-    " in the fallback decoder that reads integers past 2**64 as"
-    " float(text), as orjson does.",
-)
 def test_a_segment_reads_its_events_as_they_read_alone(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
 ) -> None:
@@ -523,30 +512,22 @@ def test_a_backlog_past_the_stream_buffer_is_consumed(
     say(f"backlog: {verdict.line()}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug: nesting limits come from Python's recursion limit minus the"
-    " caller's stack depth, so the worker (deeper stack) gives up a few levels before"
-    " `stream fold`: at ~982-984 levels stream/pricing/jslength.py json_len raises"
-    " RecursionError in the worker only (a fault offline does not have), and"
-    " stream/contract/jsontext.py loads' stdlib fallback (taken for lone surrogates)"
-    " dead-letters 'nested too deeply' what stream fold reads. Fix: a fixed nesting bound"
-    " checked without recursion (e.g. 512, same text everywhere) and an iterative json_len.",
-)
-def test_nesting_near_the_recursion_limit_folds_as_offline(
+def test_nesting_at_and_past_the_bound_folds_as_offline(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
 ) -> None:
-    """The same event gives the same outcome in the worker and in `stream fold`, at
-    every nesting depth the offline fold can read (contract: errors are deterministic)."""
+    """The same event gives the same outcome in the worker and in `stream fold` at every
+    depth: around the nesting bound, and near Python's recursion limit, where the
+    worker's deeper stack once gave up before `stream fold` did (contract: errors are
+    deterministic)."""
     deployment = _deployment(deployments, kafka_bootstrap, redis_url, tmp_path, 1)
     ledger = Ledger(input_topic(deployment))
     deployment.start_worker("deep")
     messages = []
-    for depth in range(960, 985):
+    for depth in [*range(MAX_DEPTH - 8, MAX_DEPTH + 3), *range(960, 985, 3)]:
         for name, block in (("plain", {}), ("surrogate", {"s": "\ud800"})):
             event = user_message(0, [{"type": "mystery", **block, "x": "@DEEP@"}])
             text = text_of(event).replace(b'"@DEEP@"', deep_array(depth))
             key = f"deep-{name}-{depth}".encode()
-            messages.append(single(key, Part(text, alone=True), DEFAULT_LIMITS, "deep"))
+            messages.append(single(key, nested_part(text), DEFAULT_LIMITS, "deep"))
     produce_now(deployment, ledger, messages)
     verify(deployment, ledger, tmp_path, timeout=120)

@@ -1,13 +1,12 @@
 """Parsing JSON text the way JavaScript's ``JSON.parse`` reads it (contract: "Pricing")."""
 
-import contextlib
 import math
 from typing import Any
 
 import pytest
 
 from stream.contract.errors import Unreadable
-from stream.contract.jsontext import loads
+from stream.contract.jsontext import MAX_DEPTH, PARSE_DEPTH, loads, text_depth, value_depth
 
 
 @pytest.mark.parametrize(
@@ -60,19 +59,56 @@ def test_invalid_utf8_is_unreadable() -> None:
         loads(b'{"a":"\xff\xfe"}')
 
 
-@pytest.mark.parametrize("depth", [2_000, 100_000])
-def test_deep_nesting_is_parsed_or_unreadable_never_a_crash(depth: int) -> None:
-    # JSON.parse reads deep arrays; at worst we may refuse them as Unreadable (dead
-    # letter). Any other exception escapes the dead-letter path and drops the line's log.
-    text = "[" * depth + "]" * depth
-    with contextlib.suppress(Unreadable):
-        loads(text)
+def _nested(depth: int, inner: str = "") -> str:
+    return "[" * depth + inner + "]" * depth
 
 
-def test_deep_nesting_with_lone_surrogate_is_parsed_or_unreadable() -> None:
-    text = "[" * 5_000 + '"\\ud800"' + "]" * 5_000
-    with contextlib.suppress(Unreadable):
-        loads(text)
+@pytest.mark.parametrize("inner", ["", '"\\ud800"', "1e400"])  # orjson, and its fallback
+def test_nesting_has_one_fixed_bound_on_either_parser(inner: str) -> None:
+    assert value_depth(loads(_nested(MAX_DEPTH, inner))) == MAX_DEPTH
+    for depth in (MAX_DEPTH + 1, PARSE_DEPTH, PARSE_DEPTH + 1, 100_000):
+        with pytest.raises(Unreadable, match=f"nested deeper than {MAX_DEPTH} levels"):
+            loads(_nested(depth, inner))
+
+
+@pytest.mark.parametrize("inner", ["", '"\\ud800"'])
+def test_a_message_parses_to_the_parse_depth_whatever_the_callers_stack(inner: str) -> None:
+    # The worker calls from a deeper stack than `stream fold`; depth alone decides.
+    def at_stack(frames: int) -> Any:
+        if frames:
+            return at_stack(frames - 1)
+        return loads(_nested(PARSE_DEPTH, inner), PARSE_DEPTH)
+
+    for frames in (0, 400, 800):
+        assert value_depth(at_stack(frames)) == PARSE_DEPTH
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    text = '{"a":"' + "[" * 5_000 + '\\"{"}'
+    assert text_depth(text) == 1
+    assert text_depth(text.encode()) == 1
+    assert loads(text) == {"a": "[" * 5_000 + '"{'}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("18446744073709551615", 18446744073709551615),  # the largest orjson keeps exact
+        ("-9223372036854775808", -9223372036854775808),
+        ("18446744073709551616", 1.8446744073709552e19),
+        ("-9223372036854775809", -9.223372036854776e18),
+        ("123456789012345678901234567890", 1.2345678901234568e29),
+    ],
+)
+def test_big_integers_read_the_same_with_or_without_the_fallback(
+    text: str, expected: float
+) -> None:
+    # orjson reads integers past 64 bits as doubles; a lone surrogate elsewhere in the
+    # document sends it to the stdlib parser, which must read them the same way.
+    fast = loads(f"[{text}]")[0]
+    slow = loads(f'[{text},"\\ud800"]')[0]
+    assert (fast, type(fast)) == (expected, type(expected))
+    assert (slow, type(slow)) == (expected, type(expected))
 
 
 @pytest.mark.parametrize(

@@ -296,6 +296,31 @@ def test_poison_pills_are_folded_or_dead_lettered_and_every_record_is_bounded(
         letter.reason.encode()  # encodable
 
 
+def nested_event(seq: int, depth: int) -> bytes:
+    """A turn/start whose whole text nests exactly ``depth`` levels."""
+    return b'{"type":"turn/start","seq":%d,"time":1,"data":{"x":%s}}' % (seq, deep(depth - 2))
+
+
+def test_the_nesting_bound_is_the_same_for_messages_segments_and_log_lines() -> None:
+    from stream.contract.jsontext import MAX_DEPTH, TOO_DEEP, loads
+
+    at_bound, past = nested_event(1, MAX_DEPTH), nested_event(1, MAX_DEPTH + 1)
+    assert loads(at_bound)  # a log line at the bound reads (stream fold)
+    with pytest.raises(ValueError, match=TOO_DEEP):
+        loads(past)  # one level more does not
+    # The same events as messages of their own...
+    alone = fold([msg(orjson.dumps(user(0)), offset=0), msg(at_bound, offset=1)])
+    assert (alone.counts.folded, alone.dead_letters) == (2, [])
+    (letter,) = fold([msg(orjson.dumps(user(0)), offset=0), msg(past, offset=1)]).dead_letters
+    assert (letter.reason, letter.index) == (TOO_DEEP, None)
+    # ...and inside a segment (one level deeper as a message): only the deep one is dead.
+    for middle, dead in ((at_bound, []), (past, [1])):
+        value = b"[" + orjson.dumps(user(0)) + b"," + middle + b"," + orjson.dumps(user(2)) + b"]"
+        result = fold([msg(value)])
+        assert [d.index for d in result.dead_letters] == dead
+        assert all(d.reason == TOO_DEEP for d in result.dead_letters)
+
+
 def test_a_huge_type_is_faulted_with_a_truncated_reason() -> None:
     result = fold([msg(b'{"type":' + orjson.dumps("t" * 335_000) + b',"seq":0,"time":1,"data":1}')])
     (change,) = result.sessions
