@@ -114,15 +114,15 @@ class SessionLog:
         with _open(self.path) as stream:
             try:
                 for number, line in enumerate(stream, 1):
-                    if not line.strip():
-                        continue
                     try:
-                        value = loads(line)
-                        if number == 1 and session_id_of(value) is not None:
-                            continue
-                        yield number, decode_line(value)
+                        value = decode_line(loads(line))
                     except Unreadable as error:
-                        yield number, BadLine(number, str(error))
+                        if line.strip():  # blank lines are skipped, only checked on failure
+                            yield number, BadLine(number, str(error))
+                        continue
+                    if number == 1 and session_id_of(value) is not None:
+                        continue
+                    yield number, value
             except Exception as error:  # zstd frame errors, I/O errors mid-file
                 if isinstance(error, LogError):
                     raise

@@ -28,8 +28,7 @@ from stream.session.processor import (
     SessionRecord,
     Tally,
     fault,
-    process,
-    process_run,
+    fold_items,
     update,
     view_version,
 )
@@ -311,18 +310,15 @@ class _Batch(Generic[M]):
             self.result.redelivered += 1
         folded.append(message)
         types = self.result.types
-        tally = record.tally
+        folding: list[Event | ChunkRun] = []
         for item in items:
             if type(item) is Event:
                 types[item.type] = types.get(item.type, 0) + 1
-                outcome = process(record, item)
-                if fresh:
-                    tally.count(outcome)
+                folding.append(item)
             elif type(item) is ChunkRun:
                 types["assistant/chunk"] = types.get("assistant/chunk", 0) + item.size
-                run = process_run(record, item.seq0, item.size)
-                if fresh:
-                    tally.add(run)
+                folding.append(item)
+        fold_items(record, folding, record.tally if fresh else None)
         if fresh:
             record.offset = message.offset
 

@@ -13,7 +13,7 @@ from typing import Any
 from stream.contract.errors import Unreadable
 from stream.contract.events import Event, read_event
 from stream.contract.storage import ChunkRun
-from stream.session.processor import SessionRecord, process, process_run
+from stream.session.processor import SessionRecord, fold_items, process, process_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +43,12 @@ def fold_lines(
 
     Yields a ``BadLine`` for each unreadable line, and — only with ``every_event`` —
     ``None`` after each event (a packed run is then folded one event at a time, so each
-    yield sees the record exactly as after that event).
+    yield sees the record exactly as after that event). Otherwise events are folded a
+    block at a time (``fold_items``: runs of passive events in O(1)); a bad line changes
+    no record, so its place among them does not matter.
     """
     tally = record.tally
+    pending: list[Event | ChunkRun] = []
     for number, value in lines:
         if type(value) is dict:
             try:
@@ -53,17 +56,26 @@ def fold_lines(
             except Unreadable as error:
                 yield BadLine(number, str(error))
                 continue
-            tally.count(process(record, event))
             if every_event:
+                tally.count(process(record, event))
                 yield None
+            else:
+                pending.append(event)
         elif type(value) is ChunkRun:
             if every_event:
                 for seq in range(value.seq0, value.seq0 + value.size):
                     tally.add(process_run(record, seq, 1))
                     yield None
             else:
-                tally.add(process_run(record, value.seq0, value.size))
+                pending.append(value)
         elif type(value) is BadLine:
             yield value
         else:
             yield BadLine(number, f"event must be a JSON object, got {type(value).__name__}")
+        if len(pending) >= _BLOCK:
+            fold_items(record, pending, tally)
+            pending.clear()
+    fold_items(record, pending, tally)
+
+
+_BLOCK = 4096  # events held before folding: bounds memory on long logs

@@ -12,13 +12,14 @@ duplicates and faulted — so the totals are exact whatever was redelivered: the
 of the state, committed with it.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
 from stream.contract.errors import ContractError, safe_text
 from stream.contract.events import Event
+from stream.contract.storage import ChunkRun
 from stream.projections.base import Projection
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.projections.pressure import CONTEXT_PRESSURE
@@ -238,6 +239,46 @@ def process_run(record: SessionRecord, seq0: int, count: int) -> Tally:
                 )
                 tally.count(Outcome.DUPLICATE if had else Outcome.FAULTED)
     return tally
+
+
+def fold_items(
+    record: SessionRecord, items: Iterable[Event | ChunkRun], tally: Tally | None
+) -> None:
+    """Fold events and packed runs in order, counting each event in ``tally`` (``None``:
+    a redelivery, counted already).
+
+    Consecutive passive events (streamed deltas, most of a log) and packed runs that
+    continue each other are gathered into one run for ``process_run``: the same result
+    and per-event accounting as ``process`` on each, in O(1) per run.
+    """
+    first = end = 0  # the pending run of passive events: seqs [first, end)
+    for item in items:
+        if type(item) is ChunkRun:
+            seq, size = item.seq0, item.size
+        elif item.passive:  # type: ignore[union-attr]
+            seq, size = item.seq, 1  # type: ignore[union-attr]
+        else:
+            if end > first:
+                _fold_run(record, first, end, tally)
+                first = end = 0
+            outcome = process(record, item)  # type: ignore[arg-type]
+            if tally is not None:
+                tally.count(outcome)
+            continue
+        if seq == end and end > first:
+            end += size
+            continue
+        if end > first:
+            _fold_run(record, first, end, tally)
+        first, end = seq, seq + size
+    if end > first:
+        _fold_run(record, first, end, tally)
+
+
+def _fold_run(record: SessionRecord, first: int, end: int, tally: Tally | None) -> None:
+    run = process_run(record, first, end - first)
+    if tally is not None:
+        tally.add(run)
 
 
 def _account(record: SessionRecord, first: int, last: int, applied: bool, faulted: bool) -> Outcome:

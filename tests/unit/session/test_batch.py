@@ -194,14 +194,14 @@ def test_a_quarantine_refolds_the_session_without_counting_its_dead_letters_twic
 ) -> None:
     from stream.session import batch as batch_module
 
-    real = batch_module.process
+    real = batch_module.fold_items
 
-    def explode(record: Any, event: Any) -> Any:
-        if event.seq == 2:
+    def explode(record: Any, items: Any, tally: Any) -> Any:
+        if any(getattr(item, "seq", None) == 2 for item in items):
             raise RuntimeError("boom")
-        return real(record, event)
+        return real(record, items, tally)
 
-    monkeypatch.setattr(batch_module, "process", explode)
+    monkeypatch.setattr(batch_module, "fold_items", explode)
     messages = [msg([user(0), "bad"]), msg(user(1), offset=1), msg(user(2), offset=2)]
     result = fold(messages)
     assert [letter.offset for letter in result.dead_letters] == [0, 2]
@@ -352,14 +352,14 @@ def test_an_unexpected_error_quarantines_only_that_message(
 ) -> None:
     from stream.session import batch as batch_module
 
-    real = batch_module.process
+    real = batch_module.fold_items
 
-    def explode(record: Any, event: Any) -> Any:
-        if event.seq == 1:
+    def explode(record: Any, items: Any, tally: Any) -> Any:
+        if any(getattr(item, "seq", None) == 1 for item in items):
             raise RuntimeError("boom")
-        return real(record, event)
+        return real(record, items, tally)
 
-    monkeypatch.setattr(batch_module, "process", explode)
+    monkeypatch.setattr(batch_module, "fold_items", explode)
     store: dict[bytes, bytes] = {}
     result = fold([msg(user(0)), msg(user(1), offset=1), msg(user(0), key=b"t", offset=2)], store)
     assert result.quarantined == 1

@@ -10,10 +10,18 @@ from hypothesis import strategies as st
 from stream.cli import main
 from stream.contract import build
 from stream.contract.events import read_event
+from stream.contract.storage import ChunkRun
 from stream.logs.reader import open_log
 from stream.session.batch import Message, fold_batch
 from stream.session.offline import BadLine, fold_lines
-from stream.session.processor import SessionRecord, Tally, process, process_run, update
+from stream.session.processor import (
+    SessionRecord,
+    Tally,
+    fold_items,
+    process,
+    process_run,
+    update,
+)
 
 from ..builders import raw, user
 
@@ -92,3 +100,44 @@ def test_builders_events_fold() -> None:
     record = SessionRecord.new()
     process(record, user(0, "abcd"))
     assert update("s", record)["seq"] == 0
+
+
+def _chunk(seq: int) -> dict[str, Any]:
+    return raw("assistant/chunk", seq, {"turn": 0, "step": 0, "chunk": {"type": "text-delta"}})
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["chunk", "user", "run", "bad"]), st.integers(0, 14)),
+        max_size=14,
+    ),
+    st.lists(st.integers(1, 4), min_size=14, max_size=14),
+)
+def test_gathered_runs_fold_and_count_like_events_one_by_one(
+    items: list[tuple[str, int]], sizes: list[int]
+) -> None:
+    """``fold_items`` gathers passive events and packed runs into runs; the record and
+    the tally must equal ``process`` on each event in turn, in any order, with
+    duplicates, gaps and faults."""
+    gathered, one_by_one = SessionRecord.new(), SessionRecord.new()
+    folding: list[Any] = []
+    expected = Tally()
+    for (kind, seq), size in zip(items, sizes, strict=False):
+        if kind == "run":
+            folding.append(ChunkRun(seq, size, {}))
+            events = [_chunk(s) for s in range(seq, seq + size)]
+        elif kind == "bad":  # a fault on the surface projections
+            events = [raw("request/context", seq, {"contextWindow": 0})]
+            folding.append(read_event(events[0]))
+        else:
+            events = [_chunk(seq) if kind == "chunk" else user_raw(seq)]
+            folding.append(read_event(events[0]))
+        for event in events:
+            expected.count(process(one_by_one, read_event(event)))
+    fold_items(gathered, folding, gathered.tally)
+    assert gathered.tally == expected
+    assert update("s", gathered) == update("s", one_by_one)
+    assert [(s.cursor, s.fault, s.state) for s in gathered] == [
+        (s.cursor, s.fault, s.state) for s in one_by_one
+    ]
