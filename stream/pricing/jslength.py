@@ -15,7 +15,7 @@ from typing import Any
 from stream.contract.jsontext import MAX_DEPTH
 
 _MAX_SAFE = 2**53
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # re reads the escapes (mypyc takes no raw surrogates)
 
 
 def utf16_len(text: str) -> int:

@@ -144,9 +144,9 @@ def _plan(slot: Slot, event: Event) -> Any:
         return slot.projection.apply(slot.state, event)
     except ContractError as error:
         return fault(event.seq, str(error))
-    except (RecursionError, ValueError, TypeError, OverflowError) as error:
+    except (RecursionError, ValueError, TypeError, OverflowError) as failure:
         # Hostile shapes (absurd nesting, say) must fault the projection, not the worker.
-        return fault(event.seq, f"unprocessable event: {type(error).__name__}: {error}")
+        return fault(event.seq, f"unprocessable event: {type(failure).__name__}: {failure}")
 
 
 def process(record: SessionRecord, event: Event) -> Outcome:
