@@ -34,6 +34,10 @@ guarantees:
 
 ``use_uvloop`` installs uvloop's event loop policy (the worker's loop and the consumer
 thread's both take it).
+
+While the broker is away the producer's and the consumer's aiokafka clients wait between
+metadata attempts (``BackoffClient``) instead of spinning, and aiokafka's repeated error
+lines are rate-limited (``RepeatFilter``); ``install`` sets both up.
 """
 
 import asyncio
@@ -43,6 +47,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+import aiokafka  # type: ignore[import-untyped]
+from aiokafka.client import AIOKafkaClient  # type: ignore[import-untyped]
 from faust.sensors.monitor import Monitor
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -52,6 +58,7 @@ from faust.types.tuples import ack_lock
 log = logging.getLogger("stream.transport")
 
 FAUST_VERSION = "0.15.3"  # what BulkConsumer overrides and reads was written against
+AIOKAFKA_VERSION = "0.14.0"  # what BackoffClient overrides was written against (via Faust)
 
 
 def use_uvloop() -> bool:
@@ -213,6 +220,9 @@ class BulkConsumer(faust_aiokafka.Consumer):
         finally:
             unset_flag(CONSUMER_FETCHING)
 
+    def _new_consumer_thread(self) -> "BackoffConsumerThread":
+        return BackoffConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
     _seek_epoch = 0  # bumped by every seek: records fetched before it are fetched again
 
     async def perform_seek(self) -> None:
@@ -286,16 +296,164 @@ class BulkConsumer(faust_aiokafka.Consumer):
         return high, drop
 
 
+# --- while the broker is away ---------------------------------------------------------------
+
+
+class BackoffClient(AIOKafkaClient):  # type: ignore[misc]
+    """aiokafka's client, whose failed metadata update takes at least ``retry_backoff_ms``.
+
+    aiokafka 0.14's producer sender (``producer/sender.py`` 155–168) and consumer fetcher
+    (``consumer/fetcher.py`` 557–565) both do, whenever a partition's leader is unknown:
+    ``await client.force_metadata_update()`` and go round again, with no sleep. The update
+    (``_md_synchronizer`` → ``_metadata_update``) fails at once while the broker refuses
+    connections, so each loop spins: over a core of CPU and two ERROR lines per turn, for
+    as long as the broker is away. Everything else in the client already sleeps
+    ``retry_backoff`` between attempts. Holding a *failed* update back until the backoff
+    has passed since it started makes ``force_metadata_update()``'s future (shared by
+    every caller while it is pending) resolve no sooner, so both loops wait. A successful
+    update returns at once, and attempts go on every ``retry_backoff`` (100 ms by
+    default): the worker resumes within that of the broker's return.
+    """
+
+    async def _metadata_update(self, cluster_metadata: Any, topics: Any) -> bool:
+        started = time.monotonic()
+        updated: bool = await super()._metadata_update(cluster_metadata, topics)
+        if not updated:
+            remaining = self._retry_backoff - (time.monotonic() - started)
+            if remaining > 0:
+                await asyncio.sleep(remaining)
+        return updated
+
+
+def with_backoff(client: Any) -> Any:
+    """Make an aiokafka client built by aiokafka itself a ``BackoffClient``, in place.
+
+    The producer and the consumer construct their ``AIOKafkaClient`` inside ``__init__``
+    (no hook to pass a class); ``BackoffClient`` adds no state, only the override, so
+    switching the instance's class right after construction, before anything started, is
+    the same as having built it as one.
+    """
+    if type(client) is AIOKafkaClient:
+        client.__class__ = BackoffClient
+    return client
+
+
+class BackoffAIOKafkaProducer(aiokafka.AIOKafkaProducer):  # type: ignore[misc]
+    """aiokafka's producer on a ``BackoffClient`` (its sender shares the client)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        with_backoff(self.client)
+
+
+class BackoffProducer(faust_aiokafka.Producer):
+    """Faust's aiokafka producer, building ``BackoffAIOKafkaProducer`` (not threaded: the
+    worker runs with ``producer_threaded`` off, whose producer Faust builds elsewhere)."""
+
+    @property
+    def _producer_type(self) -> type[Any]:
+        return BackoffAIOKafkaProducer
+
+
+class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread, its aiokafka consumer on a ``BackoffClient`` (the fetcher
+    and the group coordinator share the consumer's client)."""
+
+    def _create_consumer(self, loop: asyncio.AbstractEventLoop) -> Any:
+        consumer = super()._create_consumer(loop)
+        with_backoff(consumer._client)
+        return consumer
+
+
+class RepeatFilter(logging.Filter):
+    """Rate-limits repeated log records: per (logger, message template), the first record
+    passes, then at most one every ``every`` seconds, saying how many were suppressed.
+
+    While the broker is away aiokafka logs the same few errors on every retry of every
+    loop ("Unable connect to node with id 1", "Unable to update metadata from [1]", ...):
+    the first one says what happened, the rest only bury the log. Keyed by the template
+    (``record.msg``), not the formatted text, so the table stays as small as aiokafka's
+    set of messages. Records below ``level`` always pass.
+    """
+
+    def __init__(
+        self,
+        every: float = 10.0,
+        level: int = logging.WARNING,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.every = every
+        self.level = level
+        self.clock = clock
+        # (logger, template) -> [when one last passed, how many suppressed since]
+        self._seen: dict[tuple[str, str], list[float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level:
+            return True
+        key = (record.name, str(record.msg))
+        now = self.clock()
+        seen = self._seen.get(key)
+        if seen is None:
+            self._seen[key] = [now, 0]
+            return True
+        passed, suppressed = seen
+        if now - passed < self.every:
+            seen[1] = suppressed + 1
+            return False
+        seen[0], seen[1] = now, 0
+        if suppressed:
+            # Formatted here, so the note cannot clash with the template's %-placeholders;
+            # args (), not None: mode's formatter turns None into (None,) and formats again.
+            record.msg = (
+                f"{record.getMessage()} ({int(suppressed):,} more like this suppressed"
+                f" in the last {now - passed:.0f} s)"
+            )
+            record.args = ()
+        return True
+
+
+# aiokafka's loggers (0.14): the client logs on "aiokafka" itself, the rest per module. A
+# filter on a logger sees only the records logged on it, not its children's.
+AIOKAFKA_LOGGERS = (
+    "aiokafka",
+    "aiokafka.conn",
+    "aiokafka.cluster",
+    "aiokafka.consumer.consumer",
+    "aiokafka.consumer.fetcher",
+    "aiokafka.consumer.group_coordinator",
+    "aiokafka.producer.producer",
+    "aiokafka.producer.sender",
+)
+
+
+def quiet_aiokafka(every: float = 10.0) -> RepeatFilter:
+    """Rate-limit aiokafka's repeated warnings and errors (one ``RepeatFilter`` for all of
+    its loggers; installed once: a second call returns the first filter)."""
+    for name in AIOKAFKA_LOGGERS:
+        for existing in logging.getLogger(name).filters:
+            if isinstance(existing, RepeatFilter):
+                return existing
+    repeat = RepeatFilter(every)
+    for name in AIOKAFKA_LOGGERS:
+        logging.getLogger(name).addFilter(repeat)
+    return repeat
+
+
 class BulkTransport(faust_aiokafka.Transport):
     Consumer = BulkConsumer
+    Producer = BackoffProducer
     bulk_topics: frozenset[str] = frozenset()
 
 
 def install(app: Any, topics: Iterable[str]) -> None:
-    """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created)."""
+    """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
+    backoff clients, and aiokafka's repeated log lines rate-limited."""
     transport = BulkTransport(app.conf.broker_consumer, app)
     transport.bulk_topics = frozenset(topics)
     app.transport = transport
+    quiet_aiokafka()
 
 
 async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[list[Any]]:
@@ -491,13 +649,19 @@ def ack(events: Iterable[Any], consumer: Any) -> None:
 
 
 __all__ = [
+    "AIOKAFKA_VERSION",
     "FAUST_VERSION",
+    "BackoffClient",
+    "BackoffConsumerThread",
+    "BackoffProducer",
     "BatchSender",
     "BulkConsumer",
     "BulkTransport",
     "LeanMonitor",
+    "RepeatFilter",
     "ack",
     "batches",
     "install",
+    "quiet_aiokafka",
     "use_uvloop",
 ]

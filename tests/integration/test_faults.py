@@ -212,17 +212,6 @@ class TestBrokerBounce:
         for outage in bounced.outages:
             say(f"  the worker while the broker was down {outage.line()}")
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="service bug (via aiokafka 0.14): with records queued for a partition whose"
-        " leader is unknown, aiokafka/producer/sender.py _sender_routine (lines 155-168) calls"
-        " client.force_metadata_update() and waits on it; with the broker down that update"
-        " fails at once, so the loop spins without backoff: more than a core of CPU and"
-        " ~6,000-14,000 ERROR lines a second ('Unable connect to node', 'Unable to update"
-        " metadata') for as long as the broker is away. Fix in stream/app/transport.py: a"
-        " producer whose failed metadata update resolves no sooner than retry_backoff_ms, and"
-        " rate-limited aiokafka connection errors in the log.",
-    )
     def test_a_broker_outage_does_not_spin_the_worker(self, bounced: Bounced) -> None:
         """While the broker is down, the worker waits: under half a core and under 500 log
         lines a second (a healthy client backs off between attempts)."""
