@@ -44,6 +44,7 @@ from stream.contract.events import Event, read_event
 from stream.contract.storage import expand
 from stream.logs.reader import read_logs
 from stream.projections.positional import Surface
+from stream.runtime import tune_gc
 from stream.session import codec
 from stream.session.offline import fold_lines
 from stream.session.processor import SessionRecord, process
@@ -135,6 +136,7 @@ def write_unpacked(packed: Path, out: Path) -> None:
 
 def fold_logs(directory: Path) -> dict[str, int]:
     """Read, parse and fold every log exactly as ``stream fold`` does, without output."""
+    tune_gc()  # as `stream` sets it for every command
     records: dict[str, SessionRecord] = {}
     bad = 0
     for log in read_logs([str(directory)]):

@@ -27,6 +27,7 @@ from stream.ops import metrics
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
+from stream.runtime import tune_gc
 from stream.session.batch import Counts, DeadLetter, Limits, Message, fold_batch
 
 log = logging.getLogger("stream.worker")
@@ -253,7 +254,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
 
     @app.task  # type: ignore[untyped-decorator]
     async def _tune_gc() -> None:  # once the app's long-lived objects exist
-        transport.tune_gc()
+        tune_gc(freeze=True)
 
     @app.task  # type: ignore[untyped-decorator]
     async def _watch_redis() -> None:

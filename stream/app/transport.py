@@ -41,7 +41,6 @@ lines are rate-limited (``RepeatFilter``); ``install`` sets both up.
 """
 
 import asyncio
-import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -70,18 +69,6 @@ def use_uvloop() -> bool:
     if not isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy):
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
-
-
-def tune_gc() -> None:
-    """Collect the youngest generation every 50,000 allocations instead of 700.
-
-    The worker allocates a few objects per record (message, event, row, update) that
-    live for one batch; at the default threshold the cyclic collector runs every few
-    hundred records and walks the young objects each time. The heap's long-lived part
-    (Faust's services, the app) is frozen out of the collector's walks.
-    """
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
 
 
 class LeanMonitor(Monitor):

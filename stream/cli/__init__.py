@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from stream.config import ConfigError
 from stream.logs.reader import LogError
+from stream.runtime import tune_gc
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -26,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     run: Command = args.run
+    tune_gc()
     try:
         return run(args)
     except ConfigError as error:
