@@ -1,4 +1,4 @@
-"""Short names for session events in the unit tests (see conftest.py).
+"""Short names for session events in the unit tests (see conftest.py), and :func:`fold`.
 
 The events themselves come from the one event factory, ``stream.contract.build``; these
 wrappers only make a test read like the log line it stands for: every builder returns
@@ -9,6 +9,7 @@ default is ``_UNSET`` (then ``None`` writes ``null``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from stream.contract import build
@@ -132,3 +133,14 @@ def meter(
 
 def noop(seq: int, kind: str = "turn/start") -> Event:
     return ev(kind, seq, {})
+
+
+# --- folding ----------------------------------------------------------------------------------
+
+
+def fold(projection: Any, events: Iterable[Event], state: Any = None) -> Any:
+    """Apply ``events`` in order to ``state`` (``projection.init()`` when ``None``)."""
+    state = projection.init() if state is None else state
+    for event in events:
+        state = projection.apply(state, event)
+    return state

@@ -17,6 +17,7 @@ from ..builders import (
     assistant,
     context,
     ev,
+    fold,
     header,
     meter,
     noop,
@@ -36,13 +37,6 @@ def surface_of(projection: Any, state: Any) -> int:
     """The running surface total both surface projections keep."""
     del projection
     return int(state.surface)
-
-
-def fold(projection: Any, events: list[Any]) -> Any:
-    state = projection.init()
-    for event in events:
-        state = projection.apply(state, event)
-    return state
 
 
 # --- the rule table ---------------------------------------------------------------------------

@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from stream.contract.errors import ContractError
-from stream.projections.pressure import CONTEXT_PRESSURE, PressureState
+from stream.projections.pressure import CONTEXT_PRESSURE
 
 from ..builders import (
     assistant,
     context,
     ev,
+    fold,
     header,
     meter,
     noop,
@@ -28,15 +29,8 @@ from ..builders import (
 P = CONTEXT_PRESSURE
 
 
-def fold(events: list[Any], state: PressureState | None = None) -> PressureState:
-    state = P.init() if state is None else state
-    for event in events:
-        state = P.apply(state, event)
-    return state
-
-
 def view(events: list[Any]) -> dict[str, int]:
-    return P.view(fold(events))
+    return P.view(fold(P, events))
 
 
 def test_key_and_initial_view() -> None:
@@ -142,27 +136,27 @@ def test_projection_is_floored_at_zero() -> None:
         meter(4, 3, 3, 100),  # over-claim: producer says the node cost 100
         user(5, "", op=replace(3, 3)),
     ]
-    state = fold(events)
+    state = fold(P, events)
     assert state.pressure == 5
     assert P.view(state) == {"pressureTokens": 5, "projectedTokens": 0}
 
 
 def test_unpriced_replacement_holds_the_projection_still() -> None:
     # docs/notes/009: contextPressure holds still across an unpriced replacement
-    before = fold([user(0, "abcd" * 10), usage_chunk(1, usage(300))])
-    after = fold([user(2, "a", op=replace(0, 0))], before)
+    before = fold(P, [user(0, "abcd" * 10), usage_chunk(1, usage(300))])
+    after = fold(P, [user(2, "a", op=replace(0, 0))], before)
     assert P.view(after) == P.view(before) == {"pressureTokens": 300, "projectedTokens": 300}
 
 
 def test_unmetered_system_prompt_rewrite_is_neutral_here() -> None:
-    before = fold([system(0, "You are terse."), usage_chunk(1, usage(50))])
-    after = fold([system(2, "You are very, very terse indeed.", op=replace(0, 0))], before)
+    before = fold(P, [system(0, "You are terse."), usage_chunk(1, usage(50))])
+    after = fold(P, [system(2, "You are very, very terse indeed.", op=replace(0, 0))], before)
     assert after.surface == before.surface == 8
     assert P.view(after) == {"pressureTokens": 50, "projectedTokens": 50}
 
 
 def test_header_and_unknown_events_change_nothing() -> None:
-    state = fold([user(0, "abcd"), usage_chunk(1, usage(10))])
+    state = fold(P, [user(0, "abcd"), usage_chunk(1, usage(10))])
     for event in [
         header(2, "system prompt", [{"name": "t"}]),
         noop(3),
@@ -172,7 +166,7 @@ def test_header_and_unknown_events_change_nothing() -> None:
 
 
 def test_unchanged_state_is_the_same_object() -> None:
-    state = fold([context(0, 100), usage_chunk(1, usage(10))])
+    state = fold(P, [context(0, 100), usage_chunk(1, usage(10))])
     assert P.apply(state, context(2, 100)) is state
     assert P.apply(state, usage_chunk(3, usage(10))) is state
 
@@ -215,6 +209,8 @@ def test_malformed_events_are_contract_errors(event: Any) -> None:
 
 
 def test_codec_round_trip() -> None:
-    state = fold([context(0, 1000), user(1, "abcd"), usage_chunk(2, usage(5)), meter(3, 1, 1, 9)])
+    state = fold(
+        P, [context(0, 1000), user(1, "abcd"), usage_chunk(2, usage(5)), meter(3, 1, 1, 9)]
+    )
     assert P.decode(P.encode(state)) == state
     assert P.decode(P.encode(P.init())) == P.init()

@@ -12,15 +12,7 @@ from stream.projections.pressure import CONTEXT_PRESSURE
 from stream.session import codec
 from stream.session.processor import SessionRecord, process, views
 
-from ..builders import meter, noop, replace, system, tool_result, usage, usage_chunk, user
-
-
-def fold(projection: Any, events: list[Any]) -> Any:
-    state = projection.init()
-    for event in events:
-        state = projection.apply(state, event)
-    return state
-
+from ..builders import fold, meter, noop, replace, system, tool_result, usage, usage_chunk, user
 
 # --- docs/notes/009: unpriced surface replacements fold neutrally -----------------------------
 

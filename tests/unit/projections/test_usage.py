@@ -5,18 +5,22 @@ from typing import Any
 import pytest
 
 from stream.contract.errors import ContractError
-from stream.projections.usage import TOKEN_USAGE, UsageState
+from stream.projections.usage import TOKEN_USAGE
 
-from ..builders import assistant, ev, meter, noop, replace, text_chunk, usage, usage_chunk, user
+from ..builders import (
+    assistant,
+    ev,
+    fold,
+    meter,
+    noop,
+    replace,
+    text_chunk,
+    usage,
+    usage_chunk,
+    user,
+)
 
 U = TOKEN_USAGE
-
-
-def fold(events: list[Any], state: UsageState | None = None) -> UsageState:
-    state = U.init() if state is None else state
-    for event in events:
-        state = U.apply(state, event)
-    return state
 
 
 def totals(uncached: int, output: int, read: int = 0, write: int = 0) -> dict[str, int]:
@@ -113,17 +117,17 @@ def test_key_and_initial_view() -> None:
     ],
 )
 def test_totals(events: list[Any], expected: dict[str, int]) -> None:
-    assert U.view(fold(events)) == expected
+    assert U.view(fold(U, events)) == expected
 
 
 def test_identical_repeat_returns_the_same_state() -> None:
-    state = fold([usage_chunk(0, usage(10, 2), turn=1, step=0)])
+    state = fold(U, [usage_chunk(0, usage(10, 2), turn=1, step=0)])
     assert U.apply(state, usage_chunk(1, usage(10, 2), turn=1, step=0)) is state
     assert U.apply(state, assistant(1, "x", usage=usage(10, 2), turn=1, step=0)) is state
 
 
 def test_missing_cache_buckets_equal_explicit_zeros() -> None:
-    state = fold([usage_chunk(0, usage(10, 2), turn=1, step=0)])
+    state = fold(U, [usage_chunk(0, usage(10, 2), turn=1, step=0)])
     explicit = {
         "inputTokens": 10,
         "outputTokens": 2,
@@ -161,8 +165,8 @@ def test_surface_errors_are_not_usage_errors() -> None:
 
 
 def test_codec_round_trip() -> None:
-    state = fold([usage_chunk(0, usage(10, 2, 3, 4), turn=3, step=1)])
+    state = fold(U, [usage_chunk(0, usage(10, 2, 3, 4), turn=3, step=1)])
     assert U.decode(U.encode(state)) == state
     assert U.decode(U.encode(U.init())) == U.init()
-    no_ids = fold([ev("assistant/chunk", 0, {"chunk": {"type": "usage", "usage": usage(1)}})])
+    no_ids = fold(U, [ev("assistant/chunk", 0, {"chunk": {"type": "usage", "usage": usage(1)}})])
     assert U.decode(U.encode(no_ids)) == no_ids
