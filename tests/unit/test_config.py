@@ -15,55 +15,65 @@ from stream.publish.layout import RedisLayout
 
 ROOT = Path(stream.config.__file__).resolve().parents[1]
 
-# variable -> (field, a value to set, what the field then holds)
-STRINGS: dict[str, tuple[str, str, Any]] = {
-    "KAFKA_BOOTSTRAP_SERVERS": ("bootstrap_servers", "k1:9092,k2:9092", "k1:9092,k2:9092"),
-    "STREAM_APP_ID": ("app_id", "ctx-2", "ctx-2"),
-    "STREAM_INPUT_TOPIC": ("input_topic", "in", "in"),
-    "STREAM_OUTPUT_TOPIC": ("output_topic", "out", "out"),
-    "STREAM_DLQ_TOPIC": ("dlq_topic", "dead", "dead"),
-    "STREAM_STATE_DIR": ("state_dir", "/var/lib/ctx", "/var/lib/ctx"),
-    "REDIS_URL": ("redis_url", "redis://r:6380/2", "redis://r:6380/2"),
-    "REDIS_KEY_PREFIX": ("redis_key_prefix", "t:", "t:"),
-    "REDIS_USERNAME": ("redis_username", "svc", "svc"),
-    "REDIS_PASSWORD": ("redis_password", "pw", "pw"),
-    "STREAM_WORKER_ID": ("worker_id", "w-1", "w-1"),
-    "STREAM_METRICS_BIND": ("metrics_bind", "127.0.0.1", "127.0.0.1"),
-    "STREAM_GATEWAY_BIND": ("gateway_bind", "0.0.0.0", "0.0.0.0"),
+
+def field_of(name: str) -> str:
+    """The Settings field a variable in the tables below sets: its name lowercased, without
+    a STREAM_ or KAFKA_ prefix (STREAM_APP_ID -> app_id, REDIS_URL -> redis_url)."""
+    return name.removeprefix("STREAM_").removeprefix("KAFKA_").lower()
+
+
+# variable -> a value to set, which the field then holds as set ...
+STRINGS: dict[str, str] = {
+    "KAFKA_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
+    "STREAM_APP_ID": "ctx-2",
+    "STREAM_INPUT_TOPIC": "in",
+    "STREAM_OUTPUT_TOPIC": "out",
+    "STREAM_DLQ_TOPIC": "dead",
+    "STREAM_STATE_DIR": "/var/lib/ctx",
+    "REDIS_URL": "redis://r:6380/2",
+    "REDIS_KEY_PREFIX": "t:",
+    "REDIS_USERNAME": "svc",
+    "REDIS_PASSWORD": "pw",
+    "STREAM_WORKER_ID": "w-1",
+    "STREAM_METRICS_BIND": "127.0.0.1",
+    "STREAM_GATEWAY_BIND": "0.0.0.0",
+}
+# ... or parsed: variable -> (a value to set, what the field then holds)
+PARSED: dict[str, tuple[str, Any]] = {
     "STREAM_GATEWAY_CORS_ORIGINS": (
-        "gateway_cors_origins",
         " https://a.example , ,https://b.example",
         ("https://a.example", "https://b.example"),
     ),
 }
-# variable -> (field, minimum)
-INTEGERS: dict[str, tuple[str, int]] = {
-    "STREAM_PARTITIONS": ("partitions", 1),
-    "STREAM_REPLICATION_FACTOR": ("replication_factor", 1),
-    "REDIS_TTL_SECONDS": ("redis_ttl_seconds", 0),
-    "STREAM_GENERATION": ("generation", 0),
-    "STREAM_BATCH_MAX": ("batch_max", 1),
-    "STREAM_STANDBY_REPLICAS": ("standby_replicas", 0),
-    "STREAM_MAX_MESSAGE_BYTES": ("max_message_bytes", 1024),
-    "STREAM_MAX_KEY_BYTES": ("max_key_bytes", 1),
-    "STREAM_MAX_SEGMENT_EVENTS": ("max_segment_events", 1),
-    "STREAM_MAX_ERROR_CHARS": ("max_error_chars", 80),
-    "STREAM_MAX_SYSTEM_PROMPTS": ("max_system_prompts", 1),
-    "STREAM_WEB_PORT": ("web_port", 1),
-    "STREAM_METRICS_PORT": ("metrics_port", 0),
-    "STREAM_GATEWAY_PORT": ("gateway_port", 0),
+STRING_CASES = {name: (value, value) for name, value in STRINGS.items()} | PARSED
+# variable -> minimum
+INTEGERS: dict[str, int] = {
+    "STREAM_PARTITIONS": 1,
+    "STREAM_REPLICATION_FACTOR": 1,
+    "REDIS_TTL_SECONDS": 0,
+    "STREAM_GENERATION": 0,
+    "STREAM_BATCH_MAX": 1,
+    "STREAM_STANDBY_REPLICAS": 0,
+    "STREAM_MAX_MESSAGE_BYTES": 1024,
+    "STREAM_MAX_KEY_BYTES": 1,
+    "STREAM_MAX_SEGMENT_EVENTS": 1,
+    "STREAM_MAX_ERROR_CHARS": 80,
+    "STREAM_MAX_SYSTEM_PROMPTS": 1,
+    "STREAM_WEB_PORT": 1,
+    "STREAM_METRICS_PORT": 0,
+    "STREAM_GATEWAY_PORT": 0,
 }
-FLOATS: dict[str, str] = {
-    "STREAM_COMMIT_INTERVAL": "commit_interval",
-    "STREAM_SESSION_TIMEOUT": "session_timeout",
-    "STREAM_BATCH_WITHIN": "batch_within",
-    "STREAM_PRODUCER_LINGER": "producer_linger",
-    "STREAM_MAX_POLL_INTERVAL": "max_poll_interval",
-    "STREAM_REDIS_CHECK_INTERVAL": "redis_check_interval",
+FLOATS = {
+    "STREAM_COMMIT_INTERVAL",
+    "STREAM_SESSION_TIMEOUT",
+    "STREAM_BATCH_WITHIN",
+    "STREAM_PRODUCER_LINGER",
+    "STREAM_MAX_POLL_INTERVAL",
+    "STREAM_REDIS_CHECK_INTERVAL",
 }
-FLAGS: dict[str, str] = {
-    "STREAM_RESEED_ON_ASSIGN": "reseed_on_assign",
-    "STREAM_WEB_ENABLED": "web_enabled",
+FLAGS = {
+    "STREAM_RESEED_ON_ASSIGN",
+    "STREAM_WEB_ENABLED",
 }
 # Read with their own rules, tested below.
 OTHERS = {
@@ -77,7 +87,7 @@ OTHERS = {
     "KAFKA_SSL_CERTFILE",
     "KAFKA_SSL_KEYFILE",
 }
-TESTED = set(STRINGS) | set(INTEGERS) | set(FLOATS) | set(FLAGS) | OTHERS
+TESTED = set(STRINGS) | set(PARSED) | set(INTEGERS) | FLOATS | FLAGS | OTHERS
 
 
 def variables_read() -> set[str]:
@@ -123,15 +133,15 @@ def test_the_dead_letter_topic_follows_the_input_topic_unless_set() -> None:
 # --- every variable -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(STRINGS))
+@pytest.mark.parametrize("name", sorted(STRING_CASES))
 def test_string_variables(name: str) -> None:
-    field, value, expected = STRINGS[name]
-    assert getattr(Settings.from_env({name: value}), field) == expected
+    value, expected = STRING_CASES[name]
+    assert getattr(Settings.from_env({name: value}), field_of(name)) == expected
 
 
 @pytest.mark.parametrize("name", sorted(INTEGERS))
 def test_integer_variables(name: str) -> None:
-    field, minimum = INTEGERS[name]
+    field, minimum = field_of(name), INTEGERS[name]
     assert getattr(Settings.from_env({name: str(minimum + 7)}), field) == minimum + 7
     assert getattr(Settings.from_env({name: str(minimum)}), field) == minimum
     default = getattr(Settings(), field)
@@ -146,7 +156,7 @@ def test_integer_variables(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(FLOATS))
 def test_number_variables(name: str) -> None:
-    field = FLOATS[name]
+    field = field_of(name)
     assert getattr(Settings.from_env({name: "0.25"}), field) == 0.25
     assert getattr(Settings.from_env({name: "3"}), field) == 3.0
     assert getattr(Settings.from_env({name: ""}), field) == getattr(Settings(), field)
@@ -169,12 +179,13 @@ def test_number_variables(name: str) -> None:
     ],
 )
 def test_flags(name: str, value: str, expected: bool) -> None:
-    assert getattr(Settings.from_env({name: value}), FLAGS[name]) is expected
+    assert getattr(Settings.from_env({name: value}), field_of(name)) is expected
 
 
 @pytest.mark.parametrize("name", sorted(FLAGS))
 def test_a_flag_that_is_neither_names_the_variable(name: str) -> None:
-    assert getattr(Settings.from_env({name: ""}), FLAGS[name]) is getattr(Settings(), FLAGS[name])
+    field = field_of(name)
+    assert getattr(Settings.from_env({name: ""}), field) is getattr(Settings(), field)
     with pytest.raises(ConfigError, match=f"^{name} must be 1/0, true/false, yes/no or on/off"):
         Settings.from_env({name: "maybe"})
 
