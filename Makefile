@@ -4,12 +4,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The fold core compiled by mypyc (stream/native.py, docs/notes/012-compiled-core.md), rebuilt
+# when any core source changes; `import stream` falls back to Python when it does not match.
+NATIVE := stream/_native/manifest.json
+NATIVE_SOURCES := stream/native.py $(wildcard stream/contract/*.py stream/pricing/*.py \
+	stream/projections/*.py stream/session/*.py)
 
 .PHONY: setup demo test lint types unit oracle integration bench bench-smoke clean
 
-# Everything the project needs on a fresh Debian machine: the venv, the Node oracle,
-# a Kafka assembled from Maven Central, and redis-server.
-setup: $(STAMP) tests/oracle/node_modules/.installed
+# Everything the project needs on a fresh Debian machine: the venv, the compiled core, the
+# Node oracle, a Kafka assembled from Maven Central, and redis-server.
+setup: $(STAMP) $(NATIVE) tests/oracle/node_modules/.installed
 	@bash deploy/kafka.sh fetch >/dev/null
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
@@ -19,6 +24,9 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
+
+$(NATIVE): $(STAMP) $(NATIVE_SOURCES)
+	$(PY) -m stream.native build
 
 tests/oracle/node_modules/.installed: tests/oracle/package.json tests/oracle/package-lock.json
 	@cd tests/oracle && npm ci --silent --no-audit --no-fund
@@ -37,8 +45,11 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP)
+# Twice: with the compiled core (checked active first) and as pure Python.
+unit: $(STAMP) $(NATIVE)
+	@$(PY) -m stream.native status
 	$(PY) -m pytest tests/unit -q
+	STREAM_PURE_PYTHON=1 $(PY) -m pytest tests/unit -q
 
 oracle: $(STAMP) tests/oracle/node_modules/.installed
 	$(PY) -m pytest tests/oracle -q
