@@ -36,7 +36,7 @@ tests/oracle/node_modules/.installed: tests/oracle/package.json tests/oracle/pac
 demo: setup
 	@bash deploy/demo.sh
 
-test: setup lint types unit chart oracle integration
+test: setup lint types unit chart oracle integration bench-smoke
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check stream tests benchmarks
@@ -80,4 +80,4 @@ soak: setup
 	SOAK=1 $(PY) -m pytest tests/integration/test_faults.py -q -s
 
 clean:
-	rm -rf $(VENV) tests/oracle/node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) tests/oracle/node_modules .mypy_cache .ruff_cache .pytest_cache stream/_native

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import orjson
 
 from benchmarks.corpus import WORDS, write_corpus
+from stream import native
 from stream.contract.events import Event, read_event
 from stream.contract.storage import expand
 from stream.logs.reader import read_logs
@@ -97,6 +98,7 @@ def machine(node: str | None) -> dict[str, Any]:
         "cpus_usable": usable,
         "platform": platform.platform(),
         "orjson": orjson.__version__,
+        "core": native.status(),
     }
 
 
@@ -565,7 +567,7 @@ def render(result: dict[str, Any]) -> str:
     c = result["corpus"]
     parts.append(
         "machine: {python}, node {node}, {cpus} CPUs ({cpus_usable} usable), orjson {orjson},"
-        " {platform}".format(**{k: m[k] or "n/a" for k in m})
+        " {platform}; {core}".format(**{k: m[k] or "n/a" for k in m})
     )
     parts.append(
         f"corpus: {c['sessions']} sessions x up to {c['turns']} turns, seed {c['seed']};"

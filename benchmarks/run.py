@@ -49,6 +49,7 @@ from benchmarks.infra import (
     produce_backlog,
 )
 from benchmarks.live import Load, Subscriber, latencies, summary
+from stream import native
 
 SECTIONS = ("live", "drain", "scale", "replay", "fold")
 P99_LIMIT = 0.2
@@ -528,7 +529,7 @@ def main() -> None:
         "smoke": args.smoke,
         "plan": plan.__dict__,
         "machine": f"{platform.python_implementation()} {platform.python_version()},"
-        f" {os.cpu_count()} CPUs",
+        f" {os.cpu_count()} CPUs, {native.status()}",
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     began = time.monotonic()

@@ -21,6 +21,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from stream import native
 from stream.app import transport
 from stream.config import Settings
 from stream.ops import metrics
@@ -255,6 +256,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     @app.task  # type: ignore[untyped-decorator]
     async def _tune_gc() -> None:  # once the app's long-lived objects exist
         tune_gc(freeze=True)
+        log.info("%s", native.status())  # which fold runs: compiled or pure Python
 
     @app.task  # type: ignore[untyped-decorator]
     async def _watch_redis() -> None:
