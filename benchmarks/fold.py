@@ -750,6 +750,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.profile:
             log("profiling the unpacked fold")
             result["profile"] = profile(unpacked)
+    if args.throughput_only:
+        return result
     log(f"building sessions of {SMALL} and {LARGE} nodes")
     built = {nodes: build(nodes, args.seed) for nodes in (SMALL, LARGE)}
     log("2. projections")
@@ -770,6 +772,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; best is kept")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="only section 1 (benchmarks.run)"
+    )
     parser.add_argument(
         "--profile", action="store_true", help="also cProfile one fold of the unpacked corpus"
     )
