@@ -4,6 +4,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from stream import __version__, native
 from stream.config import ConfigError
 from stream.logs.reader import LogError
 from stream.runtime import tune_gc
@@ -17,6 +18,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stream",
         description="Fold dsh session events into context projections.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"stream {__version__}; {native.status()}"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (fold, measure, verify, service, watch, serve, replay, republish):
