@@ -130,6 +130,7 @@ class Settings:
     reseed_on_assign: bool = True  # republish assigned partitions' rows to Redis (guarded)
     redis_check_interval: float = 5.0  # s between checks that Redis still holds our data
     max_message_bytes: int = 1_000_000
+    max_event_bytes: int = 1_000_000  # one event of a segment, as compact JSON
     max_key_bytes: int = 1_024
     max_segment_events: int = 10_000
     max_error_chars: int = 500
@@ -223,6 +224,7 @@ class Settings:
                 env, "STREAM_REDIS_CHECK_INTERVAL", cls.redis_check_interval
             ),
             max_message_bytes=_int(env, "STREAM_MAX_MESSAGE_BYTES", cls.max_message_bytes, 1024),
+            max_event_bytes=_int(env, "STREAM_MAX_EVENT_BYTES", cls.max_event_bytes, 1024),
             max_key_bytes=_int(env, "STREAM_MAX_KEY_BYTES", cls.max_key_bytes, 1),
             max_segment_events=_int(env, "STREAM_MAX_SEGMENT_EVENTS", cls.max_segment_events, 1),
             max_error_chars=_int(env, "STREAM_MAX_ERROR_CHARS", cls.max_error_chars, 80),

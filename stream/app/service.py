@@ -61,6 +61,7 @@ def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
 def limits_of(settings: Settings) -> Limits:
     return Limits(
         message_bytes=settings.max_message_bytes,
+        event_bytes=settings.max_event_bytes,
         key_bytes=settings.max_key_bytes,
         segment_events=settings.max_segment_events,
         error_chars=settings.max_error_chars,

@@ -49,6 +49,7 @@ class Limits:
     """
 
     message_bytes: int = 1_000_000
+    event_bytes: int = 1_000_000  # one event (a segment's element as compact JSON)
     key_bytes: int = 1_024
     segment_events: int = 10_000
     error_chars: int = MAX_ERROR_CHARS
@@ -215,6 +216,10 @@ def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None
         return session_id, [dead(str(error))]
     deep = might_nest(value)
     if type(body) is not list:
+        if len(value) > limits.event_bytes:
+            return session_id, [
+                dead(f"event of {len(value):,} bytes exceeds {limits.event_bytes:,}")
+            ]
         try:
             if deep:
                 check_depth(body)
@@ -228,10 +233,17 @@ def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None
             dead(f"segment of {len(body):,} events exceeds {limits.segment_events:,}")
         ]
     out: list[Item] = []
+    # No element can be larger than the whole message: sizes are measured only when the
+    # message is over the event bound (never, with the defaults).
+    sized = len(value) > limits.event_bytes
     for index, element in enumerate(body):
         try:
             if deep:
                 check_depth(element)
+            if sized and len(encoded := dumps(element)) > limits.event_bytes:
+                size = f"event of {len(encoded):,} bytes exceeds {limits.event_bytes:,}"
+                out.append(dead(size, encoded, index))
+                continue
             out.append(_item(element))
         except Unreadable as error:
             out.append(dead(str(error), _reencode(element, value), index))

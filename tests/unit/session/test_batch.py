@@ -347,6 +347,26 @@ def test_limits_dead_letter_with_a_clear_reason(message: Message[int], reason: s
         assert dict(letter.headers())["original-bytes"] == str(len(message.value or b"")).encode()
 
 
+def test_an_event_past_the_event_bound_is_dead_lettered_alone() -> None:
+    limits = Limits(event_bytes=1_200)
+    big = user(1, "x" * 1_500)
+    # A message of one event: the whole message.
+    (letter,) = fold([msg(big)], limits=limits).dead_letters
+    assert letter.index is None
+    assert f"event of {len(orjson.dumps(big)):,} bytes exceeds 1,200" == letter.reason
+    # In a segment: only that element (measured as compact JSON), the others fold.
+    spaced = (
+        b"[" + orjson.dumps(user(0)) + b",  " + orjson.dumps(big) + b" ," + orjson.dumps(user(2))
+    )
+    result = fold([msg(spaced + b"]")], limits=limits)
+    (letter,) = result.dead_letters
+    assert (letter.index, letter.value) == (1, orjson.dumps(big))
+    assert letter.reason == f"event of {len(orjson.dumps(big)):,} bytes exceeds 1,200"
+    assert result.counts.as_dict()["folded"] == 1  # seq 0; seq 2 is a gap fault
+    # Under the bound (the default: as large as a message), nothing is measured or cut.
+    assert fold([msg([user(0), big])]).dead_letters == []
+
+
 def test_an_unexpected_error_quarantines_only_that_message(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
