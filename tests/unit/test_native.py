@@ -108,30 +108,27 @@ def test_compiled_and_pure_python_fold_the_examples_identically(options: tuple[s
     assert compiled == _fold(True, *options)
 
 
-@needs_build
-def test_status_command_imports_the_whole_core_from_the_build() -> None:
-    done = subprocess.run(
+def _status(pure: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "stream.native", "status"],
         cwd=ROOT,
-        env=_env(False),
+        env=_env(pure),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+@needs_build
+def test_status_command_imports_the_whole_core_from_the_build() -> None:
+    done = _status(False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("compiled core: active"), done.stdout
     assert "RuntimeWarning" not in done.stderr
 
 
 def test_status_command_fails_when_disabled() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "stream.native", "status"],
-        cwd=ROOT,
-        env=_env(True),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _status(True)
     assert done.returncode == 1
     assert done.stdout.strip() == "compiled core: pure Python (disabled by STREAM_PURE_PYTHON=1)"
 
