@@ -1,6 +1,7 @@
 """Run real `stream worker` processes and read what they produced, for the integration tests."""
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -10,21 +11,43 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.generators.sessions import generate_session, write_session_jsonl
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports the OS considers free right now (all held open together, so they are distinct)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    (port,) = free_ports(1)
+    return port
+
+
+def http_get(url: str, timeout: float) -> tuple[int, bytes]:
+    """(status, body) of a GET; an error status comes with its body, no answer is (0, b"")."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as error:
+        return int(error.code), bytes(error.read())
+    except OSError:
+        return 0, b""
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
@@ -47,6 +70,9 @@ class Deployment:
     extra_env: dict[str, str] = field(default_factory=dict)
     name: str = field(default_factory=lambda: f"it-{uuid.uuid4().hex[:8]}")
     workers: list["Worker"] = field(default_factory=list)
+
+    # How long the test's own Kafka readers wait for metadata and watermarks, in seconds.
+    reader_wait: ClassVar[float] = 10
 
     @property
     def prefix(self) -> str:
@@ -114,24 +140,26 @@ class Deployment:
         raw = self.redis().hget(f"{self.prefix}session:{session_id}", "update")
         return None if raw is None else orjson.loads(raw)
 
+    def reader_conf(self) -> dict[str, Any]:
+        """The librdkafka settings of the test's own Kafka readers: how to reach the broker."""
+        return {"bootstrap.servers": self.bootstrap}
+
     def consume_all(self, topic: str, timeout: float = 20) -> list[Any]:
         """Every record of a topic, from the beginning to its current end."""
         consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-            }
+            self.reader_conf()
+            | {"group.id": f"reader-{uuid.uuid4().hex}", "enable.auto.commit": False}
         )
+        wait = self.reader_wait
         try:
-            metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+            metadata = consumer.list_topics(topic, timeout=wait).topics[topic]
             ends = {}
             for p in metadata.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=wait)
                 if high > low:
                     ends[p] = high
-            consumer.assign([TopicPartition(topic, p, 0) for p in ends] or [])
-            records = []
+            consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+            records: list[Any] = []
             positions = dict.fromkeys(ends, 0)
             deadline = time.monotonic() + timeout
             while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
@@ -161,17 +189,18 @@ class Worker:
     metrics_port: int = 0
     module: str = "stream"  # what `python -m` runs: a test may run a changed build
 
+    def page(self, path: str) -> tuple[int, bytes]:
+        """(status, body) of one of the worker's pages: ``/metrics``, ``/livez``, ``/readyz``
+        ((0, b"") when nothing answers)."""
+        return http_get(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5)
+
     def metrics(self) -> dict[str, float]:
         """The worker's Prometheus samples, ``name{labels}`` -> value (empty if down)."""
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
-            ) as page:
-                text = page.read().decode()
-        except OSError:
+        status, body = self.page("/metrics")
+        if status != 200:
             return {}
         samples = {}
-        for line in text.splitlines():
+        for line in body.decode().splitlines():
             if line and not line.startswith("#"):
                 name, _, value = line.rpartition(" ")
                 samples[name] = float(value)
@@ -179,15 +208,7 @@ class Worker:
 
     def probe(self, path: str) -> int:
         """HTTP status of ``/livez`` or ``/readyz`` (0 when nothing answers)."""
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5
-            ) as page:
-                return int(page.status)
-        except urllib.error.HTTPError as error:
-            return int(error.code)
-        except OSError:
-            return 0
+        return self.page(path)[0]
 
     @property
     def log_path(self) -> Path:
@@ -243,6 +264,25 @@ class Worker:
             self.process.kill()
             self.process.wait(10)
             self.log_file.close()
+
+
+def write_sessions(
+    directory: Path, rng: random.Random, prefix: str, count: int, lengths: tuple[int, int]
+) -> list[Path]:
+    """``count`` generated session logs ``<prefix><i>.jsonl`` in ``directory``, each under the
+    session id ``<prefix><i>``, their event counts drawn from ``lengths`` (inclusive)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in (f"{prefix}{i}" for i in range(count)):
+        path = directory / f"{name}.jsonl"
+        write_session_jsonl(path, name, generate_session(rng, name, rng.randint(*lengths)))
+        paths.append(path)
+    return paths
+
+
+def event_count(paths: Iterable[Path]) -> int:
+    """How many events the logs hold, packed rows expanded (what the worker accounts for)."""
+    return sum(1 for _ in log_events(paths))
 
 
 def log_events(paths: Iterable[Path]) -> Iterator[tuple[str, Any]]:

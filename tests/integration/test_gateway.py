@@ -1,174 +1,35 @@
 """The gateway (`stream serve`) against a live worker, real Kafka and a real redis-server.
 
-One deployment, worker and gateway serve the whole module (a worker takes seconds to
-join its group); every test uses its own session ids. Sessions are the example logs,
+One deployment, worker and gateway serve the whole module (conftest's `live_deployment`,
+`gateway` and `feeder`: a worker takes seconds to join its group); every test uses its own
+session ids. Sessions are the example logs,
 produced line by line under new keys (the update's sessionId is the Kafka key).
 """
 
 import asyncio
 import itertools
 import resource
-import signal
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
 import redis
-from confluent_kafka import Producer
 
-from tests.integration.harness import REPO, Deployment, wait_until
+from tests.integration.gateway_harness import Feeder, Gateway, Log, wait_seq
+from tests.integration.harness import Deployment, wait_until
 
-pytestmark = pytest.mark.integration
-
-EXAMPLES = REPO / "examples"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+pytestmark = [pytest.mark.integration, pytest.mark.gateway_args("--heartbeat", "0.5")]
 
 
 # -- the pieces ---------------------------------------------------------------------------
-@dataclass
-class Gateway:
-    """A `python -m stream serve` subprocess with the deployment's environment."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    log_path: Path
-
-    @classmethod
-    def start(cls, deployment: Deployment, *args: str, **env: str) -> "Gateway":
-        port = free_port()
-        log_path = deployment.workdir / f"gateway-{port}.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "stream", "serve", "--port", str(port), *args],
-                env=deployment.env(**env),
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        gateway = cls(process, f"http://127.0.0.1:{port}", log_path)
-        wait_until(gateway._healthy, 30, f"the gateway on port {port} to be healthy")
-        return gateway
-
-    def _healthy(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"the gateway exited:\n{self.log()[-3000:]}")
-        return self.get("/healthz")[0] == 200
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
-        except (urllib.error.URLError, ConnectionError):
-            return 0, b""
-
-    def health(self) -> dict[str, Any]:
-        return orjson.loads(self.get("/healthz")[1])  # type: ignore[no-any-return]
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-
-
-@dataclass
-class Log:
-    """An example log's lines (header dropped), produced verbatim under a chosen key."""
-
-    lines: list[bytes]
-
-    @classmethod
-    def read(cls, name: str) -> "Log":
-        lines = (EXAMPLES / name).read_bytes().splitlines()
-        return cls([line for line in lines if b'"type":"session"' not in line[:40]])
-
-    def cuts(self, parts: int) -> list[int]:
-        """About ``parts`` cut points, each just after a line with a plain ``seq`` (so the
-        update's seq after it is known), the last one at the end."""
-        plain = [i + 1 for i, line in enumerate(self.lines) if orjson.loads(line).get("seq")]
-        step = max(1, len(plain) // parts)
-        chosen = plain[step - 1 :: step][: parts - 1]
-        return [*chosen, len(self.lines)]
-
-    def seq_after(self, end: int) -> int:
-        seq = orjson.loads(self.lines[end - 1]).get("seq")
-        assert isinstance(seq, int), "cut after a line without a plain seq"
-        return seq
-
-
-class Feeder:
-    """Produces raw log lines (events or packed chunk rows) keyed by session id, in order."""
-
-    def __init__(self, deployment: Deployment) -> None:
-        self.topic = f"{deployment.name}.events"
-        # murmur2_random, like `stream produce`: every line of a key lands in one partition.
-        self.producer = Producer(
-            {
-                "bootstrap.servers": deployment.bootstrap,
-                "partitioner": "murmur2_random",
-                "linger.ms": 0,
-            }
-        )
-
-    def close(self) -> None:
-        self.producer.flush(10)
-        self.producer.close()  # now, not at interpreter exit after Kafka has stopped
-
-    def send(self, key: str, lines: Sequence[bytes]) -> None:
-        for line in lines:
-            self.producer.produce(self.topic, key=key.encode(), value=line)
-        self.producer.flush(10)
-
-    def paced(self, key: str, log: Log, start: int, end: int, parts: int, pause: float) -> int:
-        """Lines [start, end) in ``parts`` sends, ``pause`` s apart: several updates."""
-        cuts = [c for c in Log(log.lines[:end]).cuts(parts) if c > start]
-        previous = start
-        for cut in cuts:
-            self.send(key, log.lines[previous:cut])
-            previous = cut
-            time.sleep(pause)
-        return log.seq_after(end)
-
-
-def redis_seq(deployment: Deployment, session_id: str) -> int | None:
-    update = deployment.redis_update(session_id)
-    return None if update is None else int(update["seq"])
-
-
-def wait_seq(deployment: Deployment, session_id: str, seq: int, timeout: float = 30) -> None:
-    wait_until(
-        lambda: redis_seq(deployment, session_id) == seq,
-        timeout,
-        f"{session_id} at seq {seq} in Redis (have {redis_seq(deployment, session_id)})",
-        every=0.05,
-    )
-
-
 class ChannelRecorder:
     """The test's own subscriber to a session channel, on a thread: what Redis published,
     and when (perf_counter), independent of the asyncio loop the SSE clients share."""
@@ -268,34 +129,9 @@ def _raise_fd_limit(needed: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(needed, hard), hard))
 
 
-# -- fixtures -----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def deployment(
-    kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    created = Deployment(kafka_bootstrap, redis_url, tmp_path_factory.mktemp("gateway"))
-    created.start_worker()
-    yield created
-    created.stop_all()
-
-
-@pytest.fixture(scope="module")
-def gateway(deployment: Deployment) -> Iterator[Gateway]:
-    started = Gateway.start(deployment, "--heartbeat", "0.5")
-    yield started
-    started.stop()
-
-
-@pytest.fixture(scope="module")
-def feeder(deployment: Deployment) -> Iterator[Feeder]:
-    created = Feeder(deployment)
-    yield created
-    created.close()
-
-
 # -- tests --------------------------------------------------------------------------------
 def test_get_equals_redis_for_every_session(
-    deployment: Deployment, gateway: Gateway, feeder: Feeder
+    live_deployment: Deployment, gateway: Gateway, feeder: Feeder
 ) -> None:
     logs = {
         "get-agent-0": Log.read("example-agent-0.jsonl"),
@@ -306,10 +142,10 @@ def test_get_equals_redis_for_every_session(
     for key, log in logs.items():
         feeder.send(key, log.lines)
     for key, log in logs.items():
-        wait_seq(deployment, key, log.seq_after(len(log.lines)))
-    client = deployment.redis()
+        wait_seq(live_deployment, key, log.seq_after(len(log.lines)))
+    client = live_deployment.redis()
     for key in logs:
-        stored = client.hget(f"{deployment.prefix}session:{key}", "update")
+        stored = client.hget(f"{live_deployment.prefix}session:{key}", "update")
         path = "/sessions/" + urllib.request.quote(key, safe="") + "/context"  # "/": %2F
         assert gateway.get(path) == (200, stored), key
     status, body = gateway.get("/sessions/never-seen/context")
@@ -321,27 +157,27 @@ def test_get_equals_redis_for_every_session(
     listed = {row["sessionId"]: row for row in orjson.loads(body)["sessions"]}
     assert set(listed) == {"get-agent-0", "get-agent-1", "get-prompts"}
     for key, row in listed.items():
-        update = deployment.redis_update(key)
+        update = live_deployment.redis_update(key)
         assert update is not None
         pressure = update["contextPressure"]
         assert row["seq"] == update["seq"]
         assert row["percent"] == round(
             100 * pressure["projectedTokens"] / pressure["contextWindow"], 2
         )
-        score = client.zscore(f"{deployment.prefix}recent", key)
+        score = client.zscore(f"{live_deployment.prefix}recent", key)
         assert score is not None and row["updatedAt"] == int(score)
     stamps = [row["updatedAt"] for row in orjson.loads(body)["sessions"]]
     assert stamps == sorted(stamps, reverse=True)
 
 
 def test_sse_delivers_every_update_in_order_and_resumes_by_last_event_id(
-    deployment: Deployment, gateway: Gateway, feeder: Feeder
+    live_deployment: Deployment, gateway: Gateway, feeder: Feeder
 ) -> None:
     key, log = "sse-order", Log.read("example-agent-0.jsonl")
     url = f"{gateway.url}/sessions/{key}/context/stream"
     cuts = log.cuts(3)
     first_end, second_end = cuts[0], cuts[1]
-    recorder = ChannelRecorder(deployment, key)
+    recorder = ChannelRecorder(live_deployment, key)
 
     async def go() -> None:
         async with _session() as http:
@@ -373,7 +209,7 @@ def test_sse_delivers_every_update_in_order_and_resumes_by_last_event_id(
             # now, then every further update in order; no repeats.
             task.cancel()
             seq2 = await asyncio.to_thread(feeder.paced, key, log, first_end, second_end, 6, 0.05)
-            await asyncio.to_thread(wait_seq, deployment, key, seq2)
+            await asyncio.to_thread(wait_seq, live_deployment, key, seq2)
             back = SseClient(url, last_event_id=seq)
             task = asyncio.create_task(back.run(http))
             await back.wait(lambda c: c.events)
@@ -400,7 +236,7 @@ def test_sse_delivers_every_update_in_order_and_resumes_by_last_event_id(
 
 
 def test_1000_concurrent_sse_clients_all_receive_every_update(
-    deployment: Deployment, gateway: Gateway, feeder: Feeder
+    live_deployment: Deployment, gateway: Gateway, feeder: Feeder
 ) -> None:
     clients_wanted = 1000
     _raise_fd_limit(4 * clients_wanted)
@@ -408,9 +244,9 @@ def test_1000_concurrent_sse_clients_all_receive_every_update(
     cuts = log.cuts(8)
     first = log.seq_after(cuts[0])
     feeder.send(key, log.lines[: cuts[0]])
-    wait_seq(deployment, key, first)
+    wait_seq(live_deployment, key, first)
     url = f"{gateway.url}/sessions/{key}/context/stream"
-    recorder = ChannelRecorder(deployment, key)
+    recorder = ChannelRecorder(live_deployment, key)
 
     async def go() -> tuple[list[SseClient], float]:
         async with _session() as http:
@@ -426,7 +262,7 @@ def test_1000_concurrent_sse_clients_all_receive_every_update(
             # Further updates, spaced so each is its own batch (one update per batch).
             for start, end in itertools.pairwise(cuts):
                 await asyncio.to_thread(feeder.send, key, log.lines[start:end])
-                await asyncio.to_thread(wait_seq, deployment, key, log.seq_after(end))
+                await asyncio.to_thread(wait_seq, live_deployment, key, log.seq_after(end))
                 await asyncio.sleep(0.1)
             final = log.seq_after(cuts[-1])
             async with asyncio.timeout(30):
@@ -460,13 +296,13 @@ def test_1000_concurrent_sse_clients_all_receive_every_update(
 
 
 def test_a_slow_client_is_dropped_without_slowing_the_others(
-    deployment: Deployment, redis_url: str
+    live_deployment: Deployment, redis_url: str
 ) -> None:
     """A reader that never reads fills its queue and is dropped; fast readers get every
     update. Large updates published straight to Redis fill the socket buffers fast."""
-    small = Gateway.start(deployment, "--queue-size", "4", "--heartbeat", "30")
+    small = Gateway.start(live_deployment, "--queue-size", "4", "--heartbeat", "30")
     key = "slow-reader"
-    channel = f"{deployment.prefix}session:{key}"
+    channel = f"{live_deployment.prefix}session:{key}"
     client = redis.Redis.from_url(redis_url)
     pad = "x" * 65_536
     client.hset(channel, mapping={"update": orjson.dumps({"sessionId": key, "seq": 0})})
@@ -513,12 +349,12 @@ def test_a_slow_client_is_dropped_without_slowing_the_others(
 
 
 def test_the_gateway_resubscribes_after_losing_redis_and_catches_up(
-    deployment: Deployment, gateway: Gateway, redis_url: str
+    live_deployment: Deployment, gateway: Gateway, redis_url: str
 ) -> None:
     """Kill the gateway's Redis connections and keep it out (a password) while an update
     lands unheard: once back, its connected clients get that update (resync)."""
     key = "resubscribe"
-    channel = f"{deployment.prefix}session:{key}"
+    channel = f"{live_deployment.prefix}session:{key}"
     admin = redis.Redis.from_url(redis_url)
     admin.hset(channel, mapping={"update": orjson.dumps({"sessionId": key, "seq": 1})})
     url = f"{gateway.url}/sessions/{key}/context/stream"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
+from tests.integration.gateway_harness import Feeder, Gateway, Log, wait_seq
 from tests.integration.harness import REPO, Deployment
-from tests.integration.test_gateway import Feeder, Gateway, Log, wait_seq
 
 pytestmark = pytest.mark.integration
 
@@ -28,30 +28,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = REPO / "tests" / "artifacts"
-
-
-@pytest.fixture(scope="module")
-def deployment(
-    kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    created = Deployment(kafka_bootstrap, redis_url, tmp_path_factory.mktemp("page"))
-    created.start_worker()
-    yield created
-    created.stop_all()
-
-
-@pytest.fixture(scope="module")
-def gateway(deployment: Deployment) -> Iterator[Gateway]:
-    started = Gateway.start(deployment)
-    yield started
-    started.stop()
-
-
-@pytest.fixture(scope="module")
-def feeder(deployment: Deployment) -> Iterator[Feeder]:
-    created = Feeder(deployment)
-    yield created
-    created.close()
 
 
 @pytest.fixture(scope="module")
@@ -132,25 +108,25 @@ def expected(update: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_ring_and_rows_follow_produced_events(
-    deployment: Deployment, gateway: Gateway, feeder: Feeder, page: Page
+    live_deployment: Deployment, gateway: Gateway, feeder: Feeder, page: Page
 ) -> None:
     key, log = "page-demo", Log.read("example-agent-0.jsonl")
     cuts = log.cuts(3)
     feeder.send(key, log.lines[: cuts[0]])
-    wait_seq(deployment, key, log.seq_after(cuts[0]))
+    wait_seq(live_deployment, key, log.seq_after(cuts[0]))
 
     page.goto(f"{gateway.url}/sessions/{key}")
     expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
-    first_update = deployment.redis_update(key)
+    first_update = live_deployment.redis_update(key)
     assert first_update is not None
     expect(page.get_by_test_id("seq")).to_have_text(f"seq {first_update['seq']}")
     before = drawn(page)
     assert {k: before[k] for k in expected(first_update)} == expected(first_update)
 
     final = feeder.paced(key, log, cuts[0], len(log.lines), 6, 0.15)
-    wait_seq(deployment, key, final)
+    wait_seq(live_deployment, key, final)
     expect(page.get_by_test_id("seq")).to_have_text(f"seq {final}", timeout=15_000)
-    last_update = deployment.redis_update(key)
+    last_update = live_deployment.redis_update(key)
     assert last_update is not None
     after = drawn(page)
     assert {k: after[k] for k in expected(last_update)} == expected(last_update)
@@ -174,7 +150,7 @@ def test_the_ring_and_rows_follow_produced_events(
 
 
 def test_faults_are_shown_loudly(
-    deployment: Deployment, gateway: Gateway, feeder: Feeder, page: Page
+    live_deployment: Deployment, gateway: Gateway, feeder: Feeder, page: Page
 ) -> None:
     key, log = "page-gap", Log.read("example-system-prompts.jsonl")
     page.goto(f"{gateway.url}/sessions/{key}")  # before the session exists
@@ -182,8 +158,8 @@ def test_faults_are_shown_loudly(
     expect(page.get_by_test_id("subline")).to_have_text("waiting for the first update…")
     feeder.send(key, log.lines[:6])
     feeder.send(key, log.lines[9:])  # three events missing: every projection faults
-    wait_seq(deployment, key, log.seq_after(len(log.lines)))
-    update = deployment.redis_update(key)
+    wait_seq(live_deployment, key, log.seq_after(len(log.lines)))
+    update = live_deployment.redis_update(key)
     assert update is not None and update.get("faults"), update
     faults = page.get_by_test_id("faults")
     expect(faults).to_be_visible(timeout=15_000)

@@ -3,7 +3,6 @@ logs: `stream produce --reset` ends exact, not with a gap fault."""
 
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -11,17 +10,15 @@ from confluent_kafka.admin import AdminClient
 
 from stream.config import Settings
 from stream.ops.admin import ensure_topics
-from tests.generators.sessions import generate_session, write_session_jsonl
-from tests.integration.harness import Deployment, log_events, offline_fold, wait_until
+from tests.integration.harness import (
+    Deployment,
+    event_count,
+    offline_fold,
+    wait_until,
+    write_sessions,
+)
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
-    created = Deployment(kafka_bootstrap, redis_url, tmp_path, partitions=2)
-    yield created
-    created.stop_all()
+pytestmark = [pytest.mark.integration, pytest.mark.deployment_options(partitions=2)]
 
 
 def _delete_first_half(deployment: Deployment, topic: str) -> None:
@@ -41,16 +38,9 @@ def _delete_first_half(deployment: Deployment, topic: str) -> None:
 def test_sessions_past_retention_are_rebuilt_exactly_from_their_logs(
     deployment: Deployment, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "logs"
-    directory.mkdir()
-    rng = random.Random(71)
-    paths = []
-    for i in range(4):
-        path = directory / f"old{i}.jsonl"
-        write_session_jsonl(path, f"old{i}", generate_session(rng, f"old{i}", rng.randint(60, 120)))
-        paths.append(path)
+    paths = write_sessions(tmp_path / "logs", random.Random(71), "old", 4, (60, 120))
     expected = offline_fold(paths)
-    total = sum(1 for _ in log_events(paths))
+    total = event_count(paths)
     ensure_topics(Settings.from_env(deployment.env()))
     deployment.stream("produce", *map(str, paths))
     topic = f"{deployment.name}.events"

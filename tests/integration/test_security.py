@@ -17,44 +17,32 @@ from __future__ import annotations
 import os
 import random
 import secrets
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.faults import (
     Broker,
     Ledger,
+    Verdict,
     input_topic,
     produce_now,
     say,
     session_traffic,
     verify,
 )
-from tests.integration.harness import REPO, Deployment, Worker, wait_until
+from tests.integration.harness import REPO, Deployment, free_ports, wait_until
 
 pytestmark = pytest.mark.integration
 
 KAFKA_USER = "stream-worker"
 REDIS_USER = "stream-worker"
-
-
-def _free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _secret() -> str:
@@ -125,7 +113,7 @@ class SecureKafka:
 
 @pytest.fixture(scope="module")
 def secure_kafka(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    port, controller, ssl_port, sasl_port = _free_ports(4)
+    port, controller, ssl_port, sasl_port = free_ports(4)
     password = _secret()
     broker = Broker(
         tmp_path_factory.mktemp("kafka-secure"),
@@ -154,7 +142,7 @@ class SecureRedis:
 
 @pytest.fixture(scope="module")
 def secure_redis(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureRedis]:
-    port, tls_port = _free_ports(2)
+    port, tls_port = free_ports(2)
     password = _secret()
     directory = tmp_path_factory.mktemp("redis-secure")
     script = str(REPO / "deploy" / "redis.sh")
@@ -188,35 +176,13 @@ class SecureDeployment(Deployment):
     client_conf: dict[str, Any] = field(default_factory=dict, repr=False)
     redis_options: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    reader_wait: ClassVar[float] = 20  # TLS handshakes on top
+
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url, **self.redis_options)
 
-    def consume_all(self, topic: str, timeout: float = 20) -> list[Any]:
-        consumer = Consumer(
-            {"bootstrap.servers": self.bootstrap, "log_level": 2}
-            | self.client_conf
-            | {"group.id": f"reader-{secrets.token_hex(8)}", "enable.auto.commit": False}
-        )
-        try:
-            metadata = consumer.list_topics(topic, timeout=20).topics[topic]
-            ends = {}
-            for p in metadata.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
-                if high > low:
-                    ends[p] = high
-            consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-            records: list[Any] = []
-            positions = dict.fromkeys(ends, 0)
-            deadline = time.monotonic() + timeout
-            while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is None or message.error():
-                    continue
-                records.append(message)
-                positions[message.partition()] = message.offset() + 1
-            return records
-        finally:
-            consumer.close()
+    def reader_conf(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, "log_level": 2} | self.client_conf
 
 
 def _sasl_conf(kafka: SecureKafka, pki: Pki, password: str) -> dict[str, Any]:
@@ -242,60 +208,94 @@ def _redis_options(pki: Pki, password: str) -> dict[str, Any]:
     return {"username": REDIS_USER, "password": password, "ssl_ca_certs": str(pki.ca)}
 
 
-def _sasl_deployment(
-    kafka: SecureKafka,
-    redis_server: SecureRedis,
-    pki: Pki,
-    workdir: Path,
-    kafka_password: str | None = None,
-    redis_password: str | None = None,
-) -> SecureDeployment:
-    """Kafka over SASL_SSL/SCRAM-SHA-512; Redis AUTH over TLS, credentials in variables."""
-    kafka_password = kafka_password or kafka.password
-    redis_password = redis_password or redis_server.password
-    workdir.mkdir(parents=True, exist_ok=True)
-    return SecureDeployment(
-        kafka.sasl_ssl,
-        f"rediss://127.0.0.1:{redis_server.tls_port}/0",
-        workdir,
-        partitions=2,
-        extra_env={
-            "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-            "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
-            "KAFKA_SASL_USERNAME": KAFKA_USER,
-            "KAFKA_SASL_PASSWORD": kafka_password,
-            "KAFKA_SSL_CAFILE": str(pki.ca),
-            "REDIS_USERNAME": REDIS_USER,
-            "REDIS_PASSWORD": redis_password,
-            "REDIS_TLS_CAFILE": str(pki.ca),
-        },
-        client_conf=_sasl_conf(kafka, pki, kafka.password),
-        redis_options=_redis_options(pki, redis_server.password),
-    )
+@dataclass
+class Secured:
+    """The secured servers and certificates, and a test's directory: the deployments made
+    here (their own readers on the right credentials) are stopped after the test."""
+
+    kafka: SecureKafka
+    redis: SecureRedis
+    pki: Pki
+    workdir: Path
+    deployments: list[SecureDeployment] = field(default_factory=list)
+
+    @property
+    def passwords(self) -> tuple[str, str]:
+        return self.kafka.password, self.redis.password
+
+    def _deployment(
+        self,
+        bootstrap: str,
+        redis_url: str,
+        extra_env: dict[str, str],
+        client_conf: dict[str, Any],
+        redis_options: dict[str, Any],
+    ) -> SecureDeployment:
+        created = SecureDeployment(
+            bootstrap,
+            redis_url,
+            self.workdir,
+            partitions=2,
+            extra_env=extra_env,
+            client_conf=client_conf,
+            redis_options=redis_options,
+        )
+        self.deployments.append(created)
+        return created
+
+    def sasl_deployment(
+        self, kafka_password: str | None = None, redis_password: str | None = None
+    ) -> SecureDeployment:
+        """Kafka over SASL_SSL/SCRAM-SHA-512; Redis AUTH over TLS, credentials in variables
+        (the servers' own passwords unless told)."""
+        pki = self.pki
+        return self._deployment(
+            self.kafka.sasl_ssl,
+            f"rediss://127.0.0.1:{self.redis.tls_port}/0",
+            extra_env={
+                "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                "KAFKA_SASL_USERNAME": KAFKA_USER,
+                "KAFKA_SASL_PASSWORD": kafka_password or self.kafka.password,
+                "KAFKA_SSL_CAFILE": str(pki.ca),
+                "REDIS_USERNAME": REDIS_USER,
+                "REDIS_PASSWORD": redis_password or self.redis.password,
+                "REDIS_TLS_CAFILE": str(pki.ca),
+            },
+            client_conf=_sasl_conf(self.kafka, pki, self.kafka.password),
+            redis_options=_redis_options(pki, self.redis.password),
+        )
+
+    def mtls_deployment(self) -> SecureDeployment:
+        """Kafka over mutual TLS (client certificate); Redis over TLS with the ACL user's
+        credentials embedded in REDIS_URL (the form most likely to be logged)."""
+        pki = self.pki
+        return self._deployment(
+            self.kafka.ssl,
+            f"rediss://{REDIS_USER}:{self.redis.password}@127.0.0.1:{self.redis.tls_port}/0",
+            extra_env={
+                "KAFKA_SECURITY_PROTOCOL": "SSL",
+                "KAFKA_SSL_CAFILE": str(pki.ca),
+                "KAFKA_SSL_CERTFILE": str(pki.client_cert),
+                "KAFKA_SSL_KEYFILE": str(pki.client_key),
+                "REDIS_TLS_CAFILE": str(pki.ca),
+            },
+            client_conf=_mtls_conf(pki),
+            redis_options={"ssl_ca_certs": str(pki.ca)},
+        )
 
 
 @pytest.fixture
-def deployments() -> Iterator[list[Deployment]]:
-    created: list[Deployment] = []
-    yield created
-    for deployment in created:
+def secured(
+    secure_kafka: SecureKafka, secure_redis: SecureRedis, pki: Pki, tmp_path: Path
+) -> Iterator[Secured]:
+    made = Secured(secure_kafka, secure_redis, pki, tmp_path)
+    yield made
+    for deployment in made.deployments:
         deployment.stop_all()
 
 
 # --------------------------------------------------------------------------- leaks
-
-
-def _page(worker: Worker, path: str) -> bytes:
-    try:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{worker.metrics_port}{path}", timeout=5
-        ) as page:
-            body: bytes = page.read()
-            return body
-    except urllib.error.HTTPError as error:
-        return bytes(error.read())
-    except OSError:
-        return b""
 
 
 def _everything_written(deployment: SecureDeployment) -> dict[str, bytes]:
@@ -303,8 +303,8 @@ def _everything_written(deployment: SecureDeployment) -> dict[str, bytes]:
     found: dict[str, bytes] = {}
     for worker in deployment.workers:
         found[f"log {worker.worker_id}"] = worker.log_path.read_bytes()
-        found[f"/metrics {worker.worker_id}"] = _page(worker, "/metrics")
-        found[f"/readyz {worker.worker_id}"] = _page(worker, "/readyz")
+        found[f"/metrics {worker.worker_id}"] = worker.page("/metrics")[1]
+        found[f"/readyz {worker.worker_id}"] = worker.page("/readyz")[1]
     for topic in (
         f"{deployment.name}.context",
         f"{deployment.name}.dlq",
@@ -340,62 +340,42 @@ def _assert_no_leak(written: dict[str, bytes], *credentials: str) -> None:
         assert not leaks, f"a credential appears in: {leaks}"
 
 
+def _assert_not_quoted(log: str, *credentials: str) -> None:
+    for credential in credentials:
+        assert credential not in log
+
+
+def _exact_without_leaks(
+    deployment: SecureDeployment, tag: str, seed: int, workdir: Path, *credentials: str
+) -> Verdict:
+    """A worker folds a dozen sessions with some garbage lines: the verifier passes, and
+    none of the credentials appears in what the service wrote."""
+    ledger = Ledger(input_topic(deployment))
+    deployment.start_worker(tag)
+    traffic = session_traffic(random.Random(seed), tag, 12, (40, 150), garbage_rate=0.05)
+    produce_now(deployment, ledger, traffic)
+    verdict = verify(deployment, ledger, workdir)
+    _assert_no_leak(_everything_written(deployment), *credentials)
+    return verdict
+
+
 # --------------------------------------------------------------------------- scenarios
 
 
-def test_sasl_ssl_scram_and_redis_acl_over_tls(
-    secure_kafka: SecureKafka,
-    secure_redis: SecureRedis,
-    pki: Pki,
-    tmp_path: Path,
-    deployments: list[Deployment],
-) -> None:
+def test_sasl_ssl_scram_and_redis_acl_over_tls(secured: Secured) -> None:
     """Kafka over SASL_SSL (SCRAM-SHA-512), Redis AUTH (ACL user) over TLS: exact, and the
     passwords nowhere in what the service writes."""
-    deployment = _sasl_deployment(secure_kafka, secure_redis, pki, tmp_path)
-    deployments.append(deployment)
-    ledger = Ledger(input_topic(deployment))
-    deployment.start_worker("sasl")
-    traffic = session_traffic(random.Random(707), "sasl", 12, (40, 150), garbage_rate=0.05)
-    produce_now(deployment, ledger, traffic)
-    verdict = verify(deployment, ledger, tmp_path)
-    _assert_no_leak(_everything_written(deployment), secure_kafka.password, secure_redis.password)
+    deployment = secured.sasl_deployment()
+    verdict = _exact_without_leaks(deployment, "sasl", 707, secured.workdir, *secured.passwords)
     say(f"SASL_SSL/SCRAM-SHA-512 + Redis ACL over TLS: {verdict.line()}")
 
 
-def test_mutual_tls_and_redis_credentials_in_the_url(
-    secure_kafka: SecureKafka,
-    secure_redis: SecureRedis,
-    pki: Pki,
-    tmp_path: Path,
-    deployments: list[Deployment],
-) -> None:
+def test_mutual_tls_and_redis_credentials_in_the_url(secured: Secured) -> None:
     """Kafka over mutual TLS (client certificate), Redis over TLS with the ACL user's
     credentials embedded in REDIS_URL (the form most likely to be logged): exact, and the
     password nowhere in what the service writes."""
-    url = f"rediss://{REDIS_USER}:{secure_redis.password}@127.0.0.1:{secure_redis.tls_port}/0"
-    deployment = SecureDeployment(
-        secure_kafka.ssl,
-        url,
-        tmp_path,
-        partitions=2,
-        extra_env={
-            "KAFKA_SECURITY_PROTOCOL": "SSL",
-            "KAFKA_SSL_CAFILE": str(pki.ca),
-            "KAFKA_SSL_CERTFILE": str(pki.client_cert),
-            "KAFKA_SSL_KEYFILE": str(pki.client_key),
-            "REDIS_TLS_CAFILE": str(pki.ca),
-        },
-        client_conf=_mtls_conf(pki),
-        redis_options={"ssl_ca_certs": str(pki.ca)},
-    )
-    deployments.append(deployment)
-    ledger = Ledger(input_topic(deployment))
-    deployment.start_worker("mtls")
-    traffic = session_traffic(random.Random(808), "mtls", 12, (40, 150), garbage_rate=0.05)
-    produce_now(deployment, ledger, traffic)
-    verdict = verify(deployment, ledger, tmp_path)
-    _assert_no_leak(_everything_written(deployment), secure_redis.password)
+    deployment = secured.mtls_deployment()
+    verdict = _exact_without_leaks(deployment, "mtls", 808, secured.workdir, secured.redis.password)
     say(f"mutual TLS + Redis ACL over TLS (credentials in REDIS_URL): {verdict.line()}")
 
 
@@ -417,40 +397,25 @@ def test_the_listeners_enforce_authentication(secure_kafka: SecureKafka, pki: Pk
     assert not metadata(secure_kafka.ssl, no_certificate)
 
 
-def test_a_wrong_kafka_password_stops_the_worker_without_quoting_it(
-    secure_kafka: SecureKafka,
-    secure_redis: SecureRedis,
-    pki: Pki,
-    tmp_path: Path,
-    deployments: list[Deployment],
-) -> None:
+def test_a_wrong_kafka_password_stops_the_worker_without_quoting_it(secured: Secured) -> None:
     wrong = _secret()
-    deployment = _sasl_deployment(secure_kafka, secure_redis, pki, tmp_path, kafka_password=wrong)
-    deployments.append(deployment)
+    deployment = secured.sasl_deployment(kafka_password=wrong)
     with pytest.raises(AssertionError, match="exited early"):
         deployment.start_worker("badkafka")
     worker = deployment.workers[0]
     assert worker.process is not None and worker.process.returncode not in (0, None)
     log = worker.log()
     assert "cannot prepare topics" in log or "Authentication" in log, log[-2000:]
-    for credential in (wrong, secure_kafka.password, secure_redis.password):
-        assert credential not in log
+    _assert_not_quoted(log, wrong, *secured.passwords)
 
 
-def test_a_wrong_redis_password_stops_the_worker_without_quoting_it(
-    secure_kafka: SecureKafka,
-    secure_redis: SecureRedis,
-    pki: Pki,
-    tmp_path: Path,
-    deployments: list[Deployment],
-) -> None:
+def test_a_wrong_redis_password_stops_the_worker_without_quoting_it(secured: Secured) -> None:
     """A permanent Redis refusal stops the worker with exit 3 and a clear message
     (contract: "What is published"), quoting no credential.
     (Regression: the re-seed's marker write once crashed it with exit 1 and a traceback.)
     """
     wrong = _secret()
-    deployment = _sasl_deployment(secure_kafka, secure_redis, pki, tmp_path, redis_password=wrong)
-    deployments.append(deployment)
+    deployment = secured.sasl_deployment(redis_password=wrong)
     try:
         deployment.start_worker("badredis")
         ledger = Ledger(input_topic(deployment))
@@ -462,7 +427,6 @@ def test_a_wrong_redis_password_stops_the_worker_without_quoting_it(
     assert process is not None
     wait_until(lambda: process.poll() is not None, 120, "the worker to stop")
     log = worker.log()
-    for credential in (wrong, secure_kafka.password, secure_redis.password):
-        assert credential not in log
+    _assert_not_quoted(log, wrong, *secured.passwords)
     assert process.returncode == 3, log[-2000:]
     assert "stream worker: stopped:" in log, log[-2000:]

@@ -8,17 +8,16 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.generators.sessions import generate_session, write_session_jsonl
-from tests.integration.harness import Deployment, Worker, log_events, offline_fold, wait_until
+from tests.integration.harness import (
+    Deployment,
+    Worker,
+    event_count,
+    offline_fold,
+    wait_until,
+    write_sessions,
+)
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
-    created = Deployment(kafka_bootstrap, redis_url, tmp_path, partitions=2)
-    yield created
-    created.stop_all()
+pytestmark = [pytest.mark.integration, pytest.mark.deployment_options(partitions=2)]
 
 
 def _rows(deployment: Deployment) -> dict[str, list[Any]]:
@@ -37,16 +36,9 @@ def _entries(row: list[Any]) -> dict[str, list[Any]]:
 def test_a_version_bump_rebuilds_only_that_projection_on_the_next_replay(
     deployment: Deployment, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "logs"
-    directory.mkdir()
-    rng = random.Random(83)
-    paths = []
-    for i in range(5):
-        path = directory / f"u{i}.jsonl"
-        write_session_jsonl(path, f"u{i}", generate_session(rng, f"u{i}", rng.randint(40, 120)))
-        paths.append(path)
+    paths = write_sessions(tmp_path / "logs", random.Random(83), "u", 5, (40, 120))
     expected = offline_fold(paths)
-    total = sum(1 for _ in log_events(paths))
+    total = event_count(paths)
     old = deployment.start_worker("old")
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
