@@ -36,7 +36,7 @@ tests/oracle/node_modules/.installed: tests/oracle/package.json tests/oracle/pac
 demo: setup
 	@bash deploy/demo.sh
 
-test: setup lint types unit chart oracle integration bench-smoke
+test: setup lint types unit chart oracle integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check stream tests benchmarks

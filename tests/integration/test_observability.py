@@ -3,7 +3,6 @@
 import json
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -11,13 +10,6 @@ from tests.generators.sessions import generate_session, write_session_jsonl
 from tests.integration.harness import Deployment, log_events, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
-    created = Deployment(kafka_bootstrap, redis_url, tmp_path)
-    yield created
-    created.stop_all()
 
 
 def _logs(directory: Path, sessions: int = 6) -> list[Path]:

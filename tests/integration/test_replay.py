@@ -42,13 +42,6 @@ def _event_count(paths: list[Path]) -> int:
     return sum(1 for _ in log_events(paths))
 
 
-@pytest.fixture
-def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
-    created = Deployment(kafka_bootstrap, redis_url, tmp_path)
-    yield created
-    created.stop_all()
-
-
 def _stream(deployment: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
     """`stream ARGS` with the deployment's environment; any exit code."""
     return subprocess.run(

@@ -37,13 +37,8 @@ def _exact(deployment: Deployment, expected: dict[str, dict[str, Any]]) -> bool:
     return all(deployment.redis_update(s) == line for s, line in expected.items())
 
 
-@pytest.fixture
-def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
-    created = Deployment(
-        kafka_bootstrap, redis_url, tmp_path, extra_env={"STREAM_REDIS_CHECK_INTERVAL": "1"}
-    )
-    yield created
-    created.stop_all()
+# The shared `deployment` fixture (conftest), checking Redis every second.
+pytestmark = pytest.mark.deployment_options(extra_env={"STREAM_REDIS_CHECK_INTERVAL": "1"})
 
 
 def test_a_flushall_while_idle_is_repaired_within_seconds(

@@ -99,13 +99,6 @@ def _java_placement_producer(deployment: Deployment) -> Producer:
     return Producer({"bootstrap.servers": deployment.bootstrap, "partitioner": "murmur2_random"})
 
 
-@pytest.fixture
-def deployment(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Any:
-    created = Deployment(kafka_bootstrap, redis_url, tmp_path)
-    yield created
-    created.stop_all()
-
-
 def _assert_exact(deployment: Deployment, expected: dict[str, dict[str, Any]]) -> None:
     for session_id, line in expected.items():
         assert deployment.redis_update(session_id) == line, session_id
