@@ -220,6 +220,7 @@ class WorkerProcess:
     probe: bool = False
     process: subprocess.Popen[bytes] | None = None
     metrics_port: int = field(default_factory=free_port)
+    starts: int = 0  # starts that reached "Ready"
 
     @property
     def log_path(self) -> Path:
@@ -252,12 +253,20 @@ class WorkerProcess:
         )
 
     def wait_ready(self, timeout: float = 180) -> None:
+        """Until this start's "Ready" (the log is appended to across restarts)."""
         assert self.process is not None
         deadline = time.monotonic() + timeout
-        while "Worker]: Ready" not in self.log_path.read_text(errors="replace"):
+        while self.log_path.read_text(errors="replace").count("Worker]: Ready") <= self.starts:
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(self.log_path.read_text(errors="replace")[-3000:])
+                raise RuntimeError(self.tail())
             time.sleep(0.1)
+        self.starts += 1
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the worker process, all its threads."""

@@ -11,25 +11,19 @@ KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set. Prints figures; asserts only corr
 """
 
 import argparse
-import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
-from typing import IO
 
 import orjson
-import redis
 
 from benchmarks.corpus import write_corpus
-from benchmarks.infra import infrastructure
+from benchmarks.infra import REPO, Infra, Scenario, WorkerProcess, infrastructure
 from stream.config import Settings
 from stream.ops.lag import read_lag
 
-REPO = Path(__file__).resolve().parents[1]
 STREAM = (sys.executable, "-m", "stream")
 
 
@@ -42,44 +36,7 @@ def _stream(env: dict[str, str], *args: str) -> str:
     return done.stdout + done.stderr
 
 
-class Worker:
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> float:
-        """Starts the worker; returns the seconds until it was ready (Faust: Ready)."""
-        began = time.monotonic()
-        output: IO[bytes] = self.log.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "stream", "worker"],
-            env=self.env,
-            cwd=REPO,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = began + 120
-        while self.log.read_text(errors="replace").count("Worker]: Ready") <= self.starts:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(self.log.read_text(errors="replace")[-3000:])
-            time.sleep(0.1)
-        self.starts += 1
-        return time.monotonic() - began
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)  # finishes its batch, commits, leaves
-            self.process.wait(60)
-
-
-def _wait_caught_up(settings: Settings, worker: Worker, timeout: float = 600) -> None:
+def _wait_caught_up(settings: Settings, worker: WorkerProcess, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while read_lag(settings).lag:
         if not worker.alive():
@@ -100,30 +57,17 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="replay-"))
     with infrastructure(work) as infra:
-        _run(args, work, infra.bootstrap, infra.redis_url)
+        _run(args, work, infra)
 
 
-def _run(args: argparse.Namespace, work: Path, bootstrap: str, redis_url: str) -> None:
-    name = f"replay-{uuid.uuid4().hex[:6]}"
-    env = dict(
-        os.environ,
-        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
-        REDIS_URL=redis_url,
-        STREAM_APP_ID=name,
-        STREAM_INPUT_TOPIC=f"{name}.events",
-        STREAM_OUTPUT_TOPIC=f"{name}.context",
-        STREAM_DLQ_TOPIC=f"{name}.dlq",
-        REDIS_KEY_PREFIX=f"{name}:",
-        STREAM_PARTITIONS=str(args.partitions),
-        STREAM_WEB_ENABLED="0",
-        STREAM_METRICS_PORT="0",
-        STREAM_STATE_DIR=str(work / "state"),
-    )
+def _run(args: argparse.Namespace, work: Path, infra: Infra) -> None:
+    scenario = Scenario(infra, work, partitions=args.partitions)
+    env = scenario.env()
     settings = Settings.from_env(env)
-    worker = Worker(env, work / "worker.log")
+    worker = WorkerProcess(scenario, "replay")
     try:
         paths = write_corpus(work / "corpus", args.sessions, args.turns, seed=7)
-        worker.start()
+        worker.start(timeout=120)
         produced = _stream(env, "produce", "--segment", str(args.segment), *map(str, paths))
         print(produced.strip().splitlines()[-1])
         began = time.monotonic()
@@ -139,7 +83,8 @@ def _run(args: argparse.Namespace, work: Path, bootstrap: str, redis_url: str) -
         backlog = read_lag(settings).lag
 
         began = time.monotonic()
-        ready = worker.start()
+        worker.start(timeout=120)
+        ready = time.monotonic() - began
         print(f"\nworker ready after {ready:.1f} s; $ stream lag --watch --until-caught-up")
         watch = subprocess.Popen(
             [*STREAM, "lag", "--watch", "--until-caught-up", "--interval", str(args.interval)],
@@ -164,11 +109,11 @@ def _run(args: argparse.Namespace, work: Path, bootstrap: str, redis_url: str) -
             check=True,
         )
         expected = {line["sessionId"]: line for line in map(orjson.loads, fold.stdout.splitlines())}
-        client = redis.Redis.from_url(redis_url)
+        client = infra.redis()
         same = sum(
             1
             for sid, line in expected.items()
-            if (raw := client.hget(f"{name}:session:{sid}", "update")) is not None
+            if (raw := client.hget(f"{scenario.prefix}session:{sid}", "update")) is not None
             and orjson.loads(raw) == line
         )
         print(
