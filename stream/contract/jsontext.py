@@ -115,7 +115,7 @@ def _headroom() -> Iterator[None]:
 def loads(text: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse one JSON document no deeper than ``max_depth``; raise ``Unreadable`` with the
     parser's reason."""
-    if len(text) > 2 * max_depth and might_nest(text, max_depth) and text_depth(text) > max_depth:
+    if might_nest(text, max_depth) and text_depth(text) > max_depth:
         raise Unreadable(TOO_DEEP)
     try:
         return orjson.loads(text)

@@ -36,6 +36,9 @@ def events(lines: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, Event | Chun
             yield number, BadLine(number, str(error))
 
 
+_BLOCK = 4096  # events held before folding: bounds memory on long logs
+
+
 def fold_lines(
     record: SessionRecord, lines: Iterable[tuple[int, Any]], every_event: bool = False
 ) -> Iterator[BadLine | None]:
@@ -76,6 +79,3 @@ def fold_lines(
             fold_items(record, pending, tally)
             pending.clear()
     fold_items(record, pending, tally)
-
-
-_BLOCK = 4096  # events held before folding: bounds memory on long logs

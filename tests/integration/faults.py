@@ -972,30 +972,8 @@ def offline_counts(paths: Sequence[Path]) -> dict[str, int]:
     return {"folded": folded, "duplicate": duplicate, "faulted": faulted}
 
 
-def consumer_lag(deployment: Deployment) -> dict[int, int]:
-    """Per input partition, records the group has not committed past (0: caught up)."""
-    topic = input_topic(deployment)
-    consumer = Consumer(
-        client_conf(deployment)
-        | {"group.id": deployment.name, "enable.auto.commit": False, "log_level": 2}
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=20).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=20)
-        lag = {}
-        for tp in committed:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, tp.partition), timeout=20
-            )
-            position = tp.offset if tp.offset >= 0 else low
-            lag[tp.partition] = max(0, high - position)
-        return lag
-    finally:
-        consumer.close()
-
-
-def committed(deployment: Deployment) -> dict[int, int]:
-    """Per input partition, the group's committed offset (-1: none yet)."""
+def _group_offsets(deployment: Deployment) -> dict[int, tuple[int, int, int]]:
+    """Per input partition: (the group's committed offset or -1, low and high watermark)."""
     topic = input_topic(deployment)
     consumer = Consumer(
         client_conf(deployment)
@@ -1004,9 +982,28 @@ def committed(deployment: Deployment) -> dict[int, int]:
     try:
         partitions = consumer.list_topics(topic, timeout=20).topics[topic].partitions
         found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=20)
-        return {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in found}
+        offsets = {}
+        for tp in found:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, tp.partition), timeout=20
+            )
+            offsets[tp.partition] = (tp.offset if tp.offset >= 0 else -1, low, high)
+        return offsets
     finally:
         consumer.close()
+
+
+def consumer_lag(deployment: Deployment) -> dict[int, int]:
+    """Per input partition, records the group has not committed past (0: caught up)."""
+    return {
+        p: max(0, high - (done if done >= 0 else low))
+        for p, (done, low, high) in _group_offsets(deployment).items()
+    }
+
+
+def committed(deployment: Deployment) -> dict[int, int]:
+    """Per input partition, the group's committed offset (-1: none yet)."""
+    return {p: done for p, (done, _, _) in _group_offsets(deployment).items()}
 
 
 def wait_committed(deployment: Deployment, timeout: float = 120) -> None:
