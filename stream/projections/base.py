@@ -8,7 +8,8 @@ state version is stored beside it, so bumping it discards just this projection's
 
 from typing import Any, Protocol
 
-from stream.contract.events import Event
+from stream.contract.errors import ContractError
+from stream.contract.events import MAX_SAFE_INTEGER, Event
 
 
 class Projection(Protocol):
@@ -55,3 +56,18 @@ def integers(raw: Any, what: str, minimum: int | None = None) -> list[int]:
     if type(raw) is not list:
         raise StateError(f"{what} must be a list of integers")
     return [integer(value, what, minimum) for value in raw]
+
+
+def bounded(value: int, what: str, event: Event) -> int:
+    """``value`` when it is a safe integer; past 2^53 - 1 the projection faults.
+
+    The reference sums in doubles and goes on with rounded figures there (contract:
+    "Validation"); an integer we cannot publish exactly faults instead of drifting, and
+    keeps every stored and published number inside what JSON readers take.
+    """
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    raise ContractError(
+        f"{event.type} at seq {event.seq}: {what} of {value:,} passes 2^53 - 1,"
+        " the largest total published exactly"
+    )

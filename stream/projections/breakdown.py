@@ -14,7 +14,7 @@ from stream.contract.data import envelope, metering, shadowed_seqs
 from stream.contract.errors import ContractError
 from stream.contract.events import APPEND, METERING_TYPES, Event, Replace
 from stream.pricing.estimate import price_envelope_system, price_envelope_tools
-from stream.projections.base import StateError, fields, integer, integers
+from stream.projections.base import StateError, bounded, fields, integer, integers
 from stream.projections.claim import check_claim, surface_price
 
 Prompt = tuple[int, int]  # (seq, price)
@@ -109,7 +109,8 @@ class ContextBreakdown:
             system, tool_list = envelope(event)
             header_system = price_envelope_system(system)
             tools = price_envelope_tools(tool_list)
-        nxt = BreakdownState(tools, header_system, state.surface + delta, prompts, claim)
+        surface = bounded(state.surface + delta, "surface total", event) if delta else state.surface
+        nxt = BreakdownState(tools, header_system, surface, prompts, claim)
         return state if nxt == state else nxt
 
     def passive(self, state: BreakdownState) -> BreakdownState:

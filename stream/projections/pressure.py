@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from stream.contract.data import context_window, metering, usage_sample
 from stream.contract.errors import ContractError
 from stream.contract.events import METERING_TYPES, Event
-from stream.projections.base import fields, integer, integers, optional_integer
+from stream.projections.base import bounded, fields, integer, integers, optional_integer
 from stream.projections.claim import Claim, surface_delta, surface_price
 
 
@@ -51,8 +51,12 @@ class ContextPressure:
         pressure, sampled = state.pressure, state.sampled
         sample = usage_sample(event)
         if sample is not None:
-            pressure, sampled = sample.usage.pressure, state.surface
-        nxt = PressureState(state.surface + delta, window, pressure, sampled, claim)
+            pressure = bounded(sample.usage.pressure, "pressureTokens", event)
+            sampled = state.surface
+        surface = bounded(state.surface + delta, "surface total", event) if delta else state.surface
+        if pressure is not None and sampled is not None and (delta or sample is not None):
+            bounded(pressure + surface - sampled, "projectedTokens", event)
+        nxt = PressureState(surface, window, pressure, sampled, claim)
         return state if nxt == state else nxt
 
     def passive(self, state: PressureState) -> PressureState:

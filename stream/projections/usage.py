@@ -10,10 +10,11 @@ from typing import Any, NamedTuple
 
 from stream.contract.data import Usage, usage_sample
 from stream.contract.errors import ContractError
-from stream.contract.events import Event
-from stream.projections.base import fields, integers, optional_integer
+from stream.contract.events import MAX_SAFE_INTEGER, Event
+from stream.projections.base import bounded, fields, integers, optional_integer
 
 ZERO = Usage(0, 0, 0, 0)
+VIEW_NAMES = ("uncachedInputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
 
 
 class UsageState(NamedTuple):
@@ -47,6 +48,9 @@ class TokenUsage:
             t.cache_read - previous.cache_read + n.cache_read,
             t.cache_write - previous.cache_write + n.cache_write,
         )
+        if max(totals) > MAX_SAFE_INTEGER:  # each total is >= 0: only the top can pass
+            for name, total in zip(VIEW_NAMES, totals, strict=True):
+                bounded(total, f"{name} total", event)
         return UsageState(totals, (sample.turn, sample.step, sample.usage))
 
     def passive(self, state: UsageState) -> UsageState:

@@ -12,6 +12,7 @@ dead-lettered with a reason, and an error nobody foresaw while folding one messa
 quarantines that message (dead-lettered with the exception) and the batch goes on.
 """
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
@@ -54,6 +55,7 @@ class Limits:
     segment_events: int = 10_000
     error_chars: int = MAX_ERROR_CHARS
     dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
+    resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +76,27 @@ class Message(Generic[M]):
 # beginning fell out of input retention is rebuilt exactly (contract: "Per-session
 # processing"). Idempotent: a reset at or below the session's generation is ignored.
 RESET_HEADER: Final = "stream-reset"
+# A generation is published in JSON and compared in Redis' Lua (doubles): 1..2^53 - 1,
+# written as plain decimal digits.
+MAX_GENERATION: Final = 2**53 - 1
+_GENERATION = re.compile(rb"[1-9][0-9]{0,15}")
 
 
 @dataclass(frozen=True, slots=True)
 class Reset:
     gen: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetNote:
+    """A reset record met in a batch, for the worker's log: every reset is logged."""
+
+    session_id: str
+    gen: int
+    previous: int  # the session's generation before it
+    applied: bool  # False: at or below the session's generation, ignored
+    partition: int
+    offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +166,11 @@ class SessionChange(Generic[M]):
     tally: Tally  # the session's totals after the batch (published with the update)
     gen: int = 0  # the session's own generation (after a reset), 0: the deployment's
     view_version: int = 0  # processor.view_version: breaks ties of (gen, seq, n) in Redis
+    payload: bytes = b""  # ``update`` as JSON: encoded once, inside the quarantine
+    # The session's part in its partition's figures before the batch and after it
+    # (``codec.row_part``; None: no readable row before): what the worker's census moves.
+    before: codec.RowPart | None = None
+    after: codec.RowPart = (False, (0, 0, 0))
 
 
 @dataclass(slots=True)
@@ -166,9 +189,13 @@ class BatchResult(Generic[M]):
     partitions: list[PartitionChange[M]] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)  # new events only, not redeliveries
+    # Events whose accounting a reset took back (the session starts over): the session
+    # totals stored and in Redis drop by these, while ``counts`` only ever adds.
+    retired: Counts = field(default_factory=Counts)
     redelivered: int = 0  # messages already accounted for (a retry after a crash)
     quarantined: int = 0  # messages an unexpected error took out of the batch
     types: dict[str, int] = field(default_factory=dict)  # events by type (metrics)
+    resets: list[ResetNote] = field(default_factory=list)
 
 
 Item = Event | ChunkRun | DeadLetter | Reset
@@ -253,14 +280,17 @@ def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None
 def _reset(
     key: bytes, raw: bytes | None, limits: Limits, dead: Callable[..., DeadLetter]
 ) -> tuple[str | None, list[Any]]:
+    if not limits.resets:
+        return None, [dead(f"{RESET_HEADER} records are not taken here (STREAM_RESETS=off)")]
     try:
         session_id = key.decode() if len(key) <= limits.key_bytes else ""
-        gen = int(raw or b"")
-    except (UnicodeDecodeError, ValueError):
-        return None, [dead(f"{RESET_HEADER} needs a session key and an integer generation")]
-    if not session_id or gen < 1:
-        return None, [dead(f"{RESET_HEADER} needs a session key and a generation >= 1")]
-    return session_id, [Reset(gen)]
+    except UnicodeDecodeError:
+        session_id = ""
+    if not session_id:
+        return None, [dead(f"{RESET_HEADER} needs a session key (UTF-8, at most the key bound)")]
+    if raw is None or _GENERATION.fullmatch(raw) is None or int(raw) > MAX_GENERATION:
+        return None, [dead(f"{RESET_HEADER} needs a generation in 1..{MAX_GENERATION}, in digits")]
+    return session_id, [Reset(int(raw))]
 
 
 def _item(element: Any) -> Event | ChunkRun:
@@ -281,6 +311,29 @@ def _reencode(element: Any, whole: bytes) -> bytes:
         return whole
 
 
+@dataclass(slots=True)
+class _Open(Generic[M]):
+    """A session the batch touched: its record, as loaded and as folded so far."""
+
+    record: SessionRecord
+    before: Tally  # the tally when loaded
+    handle: M  # a message of this session in this partition: routes the row's write
+    first_seq: int  # the first seq the batch offered (an unreadable row faults there)
+    stored: codec.RowPart | None  # the stored row's part in the census (codec.row_part)
+    messages: list[Message[M]] = field(default_factory=list)
+    retired: Tally = field(default_factory=Tally)  # tallies resets took back
+
+
+@dataclass(slots=True)
+class _OpenPartition(Generic[M]):
+    """A partition row the batch touched: ``[dead letters accounted, offset covered]``."""
+
+    row: list[int]
+    before_dead: int
+    before_offset: int
+    handle: M
+
+
 class _Batch(Generic[M]):
     """The state of one batch fold: the rows it loaded and what it changed."""
 
@@ -288,40 +341,45 @@ class _Batch(Generic[M]):
         self.load = load
         self.limits = limits
         self.result: BatchResult[M] = BatchResult()
-        # (partition, key) -> (record, tally when loaded, a handle, messages folded)
-        self.sessions: dict[tuple[int, bytes], tuple[SessionRecord, Tally, M, list[Any]]] = {}
-        self.partitions: dict[int, tuple[list[int], int, M]] = {}  # [dead, offset], before
-        self.refolding = False
+        self.sessions: dict[tuple[int, bytes], _Open[M]] = {}  # by (partition, key)
+        self.partitions: dict[int, _OpenPartition[M]] = {}
+        self.refolding = False  # taking messages again that were accounted already
+        self.events = 0  # events the message being folded holds (what a quarantine counts)
 
-    def session(
-        self, partition: int, key: bytes, handle: M, first_seq: int
-    ) -> tuple[SessionRecord, Tally, M, list[Any]]:
+    def session(self, partition: int, key: bytes, handle: M, first_seq: int) -> _Open[M]:
         entry = self.sessions.get((partition, key))
         if entry is None:
-            record = _restore(self.load(key, handle), first_seq, self.limits)
-            entry = (record, Tally(*record.tally.as_list()), handle, [])
+            row = self.load(key, handle)
+            record = _restore(row, first_seq, self.limits)
+            before = Tally(*record.tally.as_list())
+            entry = _Open(record, before, handle, first_seq, codec.row_part(row))
             self.sessions[(partition, key)] = entry
         return entry
 
     def fold(self, message: Message[M]) -> None:
+        self.events = 1  # until decoded: a message nobody could take apart counts as one
         session_id, items = decode(message, self.limits)
         letters = [item for item in items if type(item) is DeadLetter]
-        if letters:
+        self.events = len(items) - len(letters)
+        if letters and not self.refolding:  # refolding: sent and accounted already
             self.dead_letters(message, letters)
-        if session_id is None or len(letters) == len(items):
+        if session_id is None or not self.events:
             return
         key = session_id.encode()
         first = next(item for item in items if type(item) is not DeadLetter)
         if type(first) is Reset:
-            self.reset(message, key, first.gen)
+            self.events = 0  # a control record, not an event
+            self.reset(message, key, session_id, first.gen)
             return
         first_seq = first.seq0 if type(first) is ChunkRun else first.seq  # type: ignore[union-attr]
-        record, _, _, folded = self.session(message.partition, key, message.handle, first_seq)
+        entry = self.session(message.partition, key, message.handle, first_seq)
+        record = entry.record
         fresh = message.offset > record.offset
-        if not fresh:
+        entry.messages.append(message)
+        # Metrics of what arrived: once per message, not again when refolded.
+        types = self.result.types if not self.refolding else {}
+        if not fresh and not self.refolding:
             self.result.redelivered += 1
-        folded.append(message)
-        types = self.result.types
         folding: list[Event | ChunkRun] = []
         for item in items:
             if type(item) is Event:
@@ -329,79 +387,143 @@ class _Batch(Generic[M]):
                 folding.append(item)
             elif type(item) is ChunkRun:
                 types["assistant/chunk"] = types.get("assistant/chunk", 0) + item.size
+                self.events += item.size - 1
                 folding.append(item)
         fold_items(record, folding, record.tally if fresh else None)
         if fresh:
             record.offset = message.offset
 
-    def reset(self, message: Message[M], key: bytes, gen: int) -> None:
-        """Start the session over under generation ``gen`` (ignored at or below its own)."""
-        record, _, _, folded = self.session(message.partition, key, message.handle, 0)
-        folded.append(message)
-        if gen > record.gen:
+    def reset(self, message: Message[M], key: bytes, session_id: str, gen: int) -> None:
+        """Start the session over under generation ``gen`` (ignored at or below its own).
+        The tally it had moves to ``retired``: those events are accounted again as the
+        complete log that follows a reset is folded."""
+        entry = self.session(message.partition, key, message.handle, 0)
+        entry.messages.append(message)
+        record = entry.record
+        applied = gen > record.gen
+        if not self.refolding:
+            self.result.resets.append(
+                ResetNote(session_id, gen, record.gen, applied, message.partition, message.offset)
+            )
+        if applied:
+            entry.retired.add(record.tally)
             fresh = SessionRecord.new()
-            fresh.gen, fresh.offset = gen, max(record.offset, message.offset)
             record.slots, record.seen, record.tally = fresh.slots, fresh.seen, fresh.tally
-            record.gen, record.offset = fresh.gen, fresh.offset
+            record.gen, record.offset = gen, max(record.offset, message.offset)
 
-    def dead_letters(self, message: Message[M], letters: list[DeadLetter]) -> None:
-        if self.refolding:  # already sent and accounted the first time round
-            return
+    def dead_letters(
+        self, message: Message[M], letters: list[DeadLetter], count: int | None = None
+    ) -> None:
+        """Send ``letters`` and account ``count`` events (one per letter) for a message
+        not accounted before this batch (a redelivery sends again but counts nothing)."""
         self.result.dead_letters.extend(letters)
         entry = self.partitions.get(message.partition)
         if entry is None:
             row = _partition_row(self.load(PARTITION_KEY, message.handle))
-            entry = self.partitions[message.partition] = (row, row[0], message.handle)
-        row = entry[0]
-        if message.offset > row[1]:  # not yet accounted: a redelivery counts nothing
-            row[0] += len(letters)
-            row[1] = message.offset
+            entry = _OpenPartition(row, row[0], row[1], message.handle)
+            self.partitions[message.partition] = entry
+        if message.offset > entry.before_offset:
+            entry.row[0] += len(letters) if count is None else count
+            entry.row[1] = max(entry.row[1], message.offset)
 
-    def quarantine(self, message: Message[M], error: BaseException) -> None:
-        """Take a message an unexpected error broke out of the batch: dead-letter it with
-        the exception, and refold its session's other messages from the stored row."""
-        self.result.quarantined += 1
-        reason = f"unexpected {type(error).__name__} while folding: {error}"
-        letter = DeadLetter(
+    def letter(self, message: Message[M], error: BaseException, during: str) -> DeadLetter:
+        reason = f"unexpected {type(error).__name__} while {during}: {error}"
+        return DeadLetter(
             (message.value or b"")[: self.limits.dead_letter_bytes],
             safe_text(reason, self.limits.error_chars),
             message.topic,
             message.partition,
             message.offset,
         )
+
+    def quarantine(self, message: Message[M], error: BaseException) -> None:
+        """Take a message an unexpected error broke out of the batch: dead-letter it with
+        the exception, and refold its session's other messages from the stored row."""
+        self.result.quarantined += 1
+        count = self.events  # before refolding the others moves it
         try:
             session_key = (message.key or b"")[: self.limits.key_bytes]
             entry = self.sessions.pop((message.partition, session_key), None)
             if entry is not None:
                 self.refolding = True
-                for earlier in entry[3]:
+                for earlier in entry.messages:
                     if earlier is not message:
                         self.fold(earlier)
         finally:
             self.refolding = False
-            self.dead_letters(message, [letter])
+            self.dead_letters(message, [self.letter(message, error, "folding")], count)
+
+    def change(self, session_key: tuple[int, bytes], entry: _Open[M]) -> SessionChange[M]:
+        """What is written and published for a session; raises when it cannot be encoded."""
+        key = session_key[1]
+        session_id = key.decode()
+        record = entry.record
+        body = update(session_id, record)
+        return SessionChange(
+            session_id,
+            key,
+            entry.handle,
+            codec.encode(record),
+            body,
+            record.tally,
+            record.gen,
+            view_version(record),
+            orjson.dumps(body),
+            entry.stored,
+            ("faults" in body, (record.tally.folded, record.tally.duplicate, record.tally.faulted)),
+        )
+
+    def rescue(self, session_key: tuple[int, bytes]) -> SessionChange[M] | None:
+        """A session that cannot be finished (encoded): refold its messages one at a time
+        from the stored row and quarantine each one after which it cannot be, so one
+        input nobody foresaw costs its own message, never the batch."""
+        partition, key = session_key
+        old = self.sessions.pop(session_key)
+        entry = self.session(partition, key, old.handle, old.first_seq)
+        try:
+            good = self.change(session_key, entry)
+        except Exception:  # even the stored row: the session starts over (see _restore)
+            entry.record = SessionRecord.new()
+            good = self.change(session_key, entry)
+        for message in old.messages:
+            count = 0
+            try:
+                self.refolding = True
+                self.fold(message)
+                count = self.events
+                good = self.change(session_key, entry)
+            except Exception as error:
+                self.result.quarantined += 1
+                entry.record = codec.decode(good.row)
+                if message in entry.messages:
+                    entry.messages.remove(message)
+                letter = self.letter(message, error, "finishing the session")
+                self.dead_letters(message, [letter], count or self.events)
+            finally:
+                self.refolding = False
+        return good
 
     def finish(self) -> BatchResult[M]:
         result = self.result
-        for (_, key), (record, before, handle, _) in self.sessions.items():
-            session_id = key.decode()
-            result.counts.add_tally(record.tally)
-            result.counts.add_tally(before, -1)
-            result.sessions.append(
-                SessionChange(
-                    session_id,
-                    key,
-                    handle,
-                    codec.encode(record),
-                    update(session_id, record),
-                    record.tally,
-                    record.gen,
-                    view_version(record),
-                )
+        for session_key in list(self.sessions):
+            try:
+                change = self.change(session_key, self.sessions[session_key])
+            except Exception:  # an input nobody foresaw (every bound held): never stall
+                change = self.rescue(session_key)
+            if change is not None:
+                result.sessions.append(change)
+        for entry in self.sessions.values():
+            # New events only: what the batch added, the part a reset took back included.
+            result.counts.add_tally(entry.record.tally)
+            result.counts.add_tally(entry.retired)
+            result.counts.add_tally(entry.before, -1)
+            result.retired.add_tally(entry.retired)
+        for partition, open_partition in self.partitions.items():
+            row = open_partition.row
+            result.counts.dead_lettered += row[0] - open_partition.before_dead
+            result.partitions.append(
+                PartitionChange(partition, open_partition.handle, orjson.dumps(row), row[0])
             )
-        for partition, (row, before_dead, handle) in self.partitions.items():
-            result.counts.dead_lettered += row[0] - before_dead
-            result.partitions.append(PartitionChange(partition, handle, orjson.dumps(row), row[0]))
         return result
 
 
@@ -418,6 +540,9 @@ def fold_batch(
     live, and Redis equals the offline fold line). A batch of pure redeliveries still
     rewrites and republishes: after a crash between the local write and the changelog
     flush, that redelivery is what repairs the changelog and Redis.
+
+    Never raises for what a message holds: an error while folding a message quarantines
+    it, and so does one while encoding its session's row or update (``_Batch.rescue``).
     """
     batch: _Batch[M] = _Batch(load, limits)
     for message in messages:
@@ -467,6 +592,7 @@ __all__ = [
     "Message",
     "Outcome",
     "PartitionChange",
+    "ResetNote",
     "SessionChange",
     "decode",
     "fold_batch",

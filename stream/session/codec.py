@@ -59,6 +59,30 @@ def encode(record: SessionRecord) -> bytes:
     )
 
 
+# A row's part in a partition's figures: (any projection faulted, (folded, duplicate,
+# faulted events)). Read straight from the stored bytes, so the worker's census of a
+# partition and a batch's before/after of a session agree by construction.
+RowPart = tuple[bool, tuple[int, int, int]]
+
+
+def row_part(row: bytes | None) -> RowPart | None:
+    """A stored row's part, read cheaply (no projection state is decoded); None when
+    there is no row or it is not one this format reads."""
+    if row is None:
+        return None
+    try:
+        raw = orjson.loads(row)
+    except orjson.JSONDecodeError:
+        return None
+    if type(raw) is not list or len(raw) < 4 or raw[0] != ROW_FORMAT or type(raw[3]) is not list:
+        return None
+    tally = raw[3]
+    if len(tally) < 3 or not all(type(n) is int for n in tally[:3]):
+        return None
+    faulted = any(type(e) is list and len(e) > 3 and e[3] is not None for e in raw[4:])
+    return faulted, (tally[0], tally[1], tally[2])
+
+
 def decode(row: bytes) -> SessionRecord:
     """The record a row holds, or ``RowError`` saying why the row does not fit."""
     if not isinstance(row, bytes | bytearray | memoryview):
