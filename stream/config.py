@@ -129,12 +129,24 @@ class Settings:
     standby_replicas: int = 0  # warm copies of each table partition on other workers
     reseed_on_assign: bool = True  # republish assigned partitions' rows to Redis (guarded)
     redis_check_interval: float = 5.0  # s between checks that Redis still holds our data
+    # Updates queued while Redis is away, before batches are held: sessions, and their
+    # estimated bytes (payloads + ~320 B each). 256 MiB: the chart requests 512 MiB for a
+    # worker's steady state and limits it to 1 GiB; the queue takes at most a quarter of
+    # the limit, leaving the rest for the held batch, allocator slack and estimate error.
+    redis_max_pending: int = 500_000
+    redis_max_pending_bytes: int = 256 * 1024 * 1024
     max_message_bytes: int = 1_000_000
     max_event_bytes: int = 1_000_000  # one event of a segment, as compact JSON
     max_key_bytes: int = 1_024
     max_segment_events: int = 10_000
     max_error_chars: int = 500
     max_system_prompts: int = 1_000
+    # Reset records (`stream produce --reset`) taken from the input topic; off: any
+    # producer to the input topic cannot start a session over (docs/operations.md).
+    resets: bool = True
+    # s a partition's committed offset may stand still while records wait before the
+    # worker reports it stalled (metric, /readyz).
+    stall_seconds: float = 60.0
     web_port: int = 6066
     web_enabled: bool = False  # Faust's own web server; off so workers can share a host
     metrics_port: int = 9102  # /metrics, /livez, /readyz; 0 turns the endpoint off
@@ -223,12 +235,18 @@ class Settings:
             redis_check_interval=_float(
                 env, "STREAM_REDIS_CHECK_INTERVAL", cls.redis_check_interval
             ),
+            redis_max_pending=_int(env, "STREAM_REDIS_MAX_PENDING", cls.redis_max_pending, 1),
+            redis_max_pending_bytes=_int(
+                env, "STREAM_REDIS_MAX_PENDING_BYTES", cls.redis_max_pending_bytes, 1 << 20
+            ),
             max_message_bytes=_int(env, "STREAM_MAX_MESSAGE_BYTES", cls.max_message_bytes, 1024),
             max_event_bytes=_int(env, "STREAM_MAX_EVENT_BYTES", cls.max_event_bytes, 1024),
             max_key_bytes=_int(env, "STREAM_MAX_KEY_BYTES", cls.max_key_bytes, 1),
             max_segment_events=_int(env, "STREAM_MAX_SEGMENT_EVENTS", cls.max_segment_events, 1),
             max_error_chars=_int(env, "STREAM_MAX_ERROR_CHARS", cls.max_error_chars, 80),
             max_system_prompts=_int(env, "STREAM_MAX_SYSTEM_PROMPTS", cls.max_system_prompts, 1),
+            resets=_flag(env, "STREAM_RESETS", cls.resets),
+            stall_seconds=_float(env, "STREAM_STALL_SECONDS", cls.stall_seconds),
             web_port=_int(env, "STREAM_WEB_PORT", cls.web_port, 1),
             web_enabled=_flag(env, "STREAM_WEB_ENABLED", False),
             metrics_port=_int(env, "STREAM_METRICS_PORT", cls.metrics_port),

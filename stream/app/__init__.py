@@ -19,6 +19,6 @@ def __getattr__(name: str) -> Any:
         # Same start-up as `stream worker`: the table needs the input's partition count,
         # the local state its epoch check, the updates the control record's generation.
         partitions = ensure_topics(settings)
-        globals()["app"] = built = build_app(worker_settings(settings), partitions)
+        globals()["app"] = built = build_app(*worker_settings(settings)[:1], partitions)
         return built
     raise AttributeError(name)

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Iterator
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -24,7 +25,7 @@ from faust.types import TP
 from stream import native
 from stream.app import transport
 from stream.config import Settings
-from stream.ops import metrics
+from stream.ops import control, metrics
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
@@ -66,6 +67,7 @@ def limits_of(settings: Settings) -> Limits:
         segment_events=settings.max_segment_events,
         error_chars=settings.max_error_chars,
         dead_letter_bytes=min(settings.max_message_bytes, 900_000),
+        resets=settings.resets,
     )
 
 
@@ -114,7 +116,9 @@ class _Outbox:
         return self.sender.add(self.dead, None, None, letter.value, letter.headers())
 
 
-def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
+def build_app(
+    settings: Settings, partitions: int | None = None, control_problems: tuple[str, ...] = ()
+) -> faust.App:
     partitions = partitions or settings.partitions
     CONTEXT_BREAKDOWN.max_prompts = settings.max_system_prompts
     transport.use_uvloop()  # before the worker creates its event loops
@@ -172,6 +176,7 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     outbox = _Outbox(app, table, settings.output_topic, settings.dlq_topic)
     publisher: Publisher[Any] | None = None
     stats = metrics.Metrics.create(settings)
+    stats.control_problem = "; ".join(control_problems)[:500]
 
     def stop_on_permanent(error: BaseException) -> None:
         # A permanent refusal is a configuration problem: exit non-zero, loudly, rather
@@ -207,7 +212,21 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
         with stats.publish_seconds.time():
             await get_publisher().publish(result)
         totals.add(result.counts)
-        stats.observe_batch(events, result)
+        for note in result.resets:  # every reset, applied or not, leaves a line
+            log.warning(
+                "reset %s session %r to generation %d (it was at %d) from %s[%d]@%d",
+                "applied:" if note.applied else "ignored, not above its own:",
+                note.session_id,
+                note.gen,
+                note.previous,
+                settings.input_topic,
+                note.partition,
+                note.offset,
+            )
+        try:  # the batch is delivered: nothing in the metrics may keep it from its ack
+            stats.observe_batch(events, result)
+        except Exception:
+            log.exception("metrics of a batch not recorded")
 
     def rows_of(partition: int) -> Iterator[tuple[bytes, bytes]]:
         store: Any = table.data
@@ -279,13 +298,49 @@ def build_app(settings: Settings, partitions: int | None = None) -> faust.App:
     async def _assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
         stats.assigned = sorted(tp.partition for tp in assigned if tp.topic == settings.input_topic)
 
+    async def count_rows(partitions: list[int]) -> None:
+        """The census of newly assigned partitions, walked in the background a chunk at a
+        time; a partition that moves away meanwhile is left (its walk token changes)."""
+        census = stats.census
+        for partition in partitions:
+            token = census.walking.get(partition)
+            if token is None:
+                continue
+            for n, (key, row) in enumerate(rows_of(partition), 1):
+                if census.walking.get(partition) is not token:
+                    break
+                census.visit(partition, key, row)
+                if n % 2000 == 0:
+                    await asyncio.sleep(0)  # let batches and heartbeats through
+            else:
+                census.walked(partition)
+
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _recovered(sender: Any, **kwargs: Any) -> None:
         stats.recovered = True
+        stats.progress.clear()  # a stall is counted from the assignment, not across it
+        app.add_future(count_rows(stats.census.assign(assigned())))
         if settings.reseed_on_assign:
             # Anything a crash kept from Redis (queued updates of a dead worker) is in the
             # rows: republish them, guarded, so Redis equals the table again.
             app.add_future(reseed(assigned(), "partitions assigned"))
+
+    @app.timer(interval=30.0)  # type: ignore[untyped-decorator]
+    async def _watch_control() -> None:
+        """Re-read the control topic: a record refused later is said loudly too."""
+        try:
+            found = await asyncio.to_thread(control.read_control_log, settings, 10.0)
+        except Exception as error:  # the broker is away: the consumer says so already
+            log.debug("control topic not read: %s", error)
+            return
+        problems = list(found.problems)
+        floor = control.local_generation(Path(settings.state_dir))
+        if found.control.generation < floor:
+            problems.append(f"generation {found.control.generation} is below {floor}, kept")
+        problem = "; ".join(problems)[:500]
+        if problem and problem != stats.control_problem:
+            log.error("%s: %s", control.control_topic(settings), problem)
+        stats.control_problem = problem
 
     @app.timer(interval=10.0)  # type: ignore[untyped-decorator]
     async def _report() -> None:

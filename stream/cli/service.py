@@ -56,14 +56,14 @@ def run_worker(args: argparse.Namespace) -> int:
     try:
         partitions = ensure_topics(settings)
         # Before Faust opens RocksDB: drop state a rebuild discarded, take its generation.
-        settings = worker_settings(settings)
+        settings, problems = worker_settings(settings)
     except (KafkaException, RuntimeError) as error:
         print(
             f"stream worker: cannot prepare topics on {settings.bootstrap_servers}: {error}",
             file=sys.stderr,
         )
         return 1
-    app = build_app(settings, partitions)
+    app = build_app(settings, partitions, problems)
     level = args.loglevel.upper()
     options: dict[str, Any] = {}
     if settings.log_format == "json":

@@ -11,6 +11,7 @@ of them at a time, and keys are walked in RocksDB's bytewise order).
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
 import orjson
 
 from stream.session.batch import PARTITION_KEY

@@ -47,7 +47,9 @@ log = logging.getLogger("stream.control")
 # faust into every operator command.
 TABLE = "sessions"
 CONTROL_KEY = b"control"
+MAX_NUMBER = 2**53 - 1  # generations and epochs: published in JSON, compared in Lua
 EPOCH_FILE = "epoch"  # in STREAM_STATE_DIR: the epoch this directory's table state is from
+GENERATION_FILE = "generation"  # in STREAM_STATE_DIR: the highest control generation seen
 
 
 class ControlError(ValueError):
@@ -142,7 +144,7 @@ class Control:
         except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as error:
             raise ValueError(f"unreadable control record {raw[:200]!r}: {error}") from None
         numbers = (control.generation, control.epoch, *(o for _, o in control.rebuild))
-        if not all(type(n) is int and n >= 0 for n in numbers):
+        if not all(type(n) is int and 0 <= n <= MAX_NUMBER for n in numbers):
             raise ValueError(f"control record with a bad number: {raw[:200]!r}")
         return control
 
@@ -150,12 +152,55 @@ class Control:
 # -- the control topic ----------------------------------------------------------------
 
 
-def read_control(settings: Settings, timeout: float = 20.0) -> Control:
-    """The current control record; ``Control()`` when none was ever written."""
+@dataclass(frozen=True, slots=True)
+class ControlRead:
+    """The control record in force, and every record refused on the way (said loudly)."""
+
+    control: Control
+    problems: tuple[str, ...] = ()
+
+
+def choose_control(records: Sequence[tuple[int, bytes | None, bytes | None]]) -> ControlRead:
+    """The control record in force among ``(offset, key, value)`` in topic order (pure).
+
+    Nothing but a readable record under the control key that moves neither the
+    generation nor the epoch backwards is taken: a garbage value, a tombstone or a
+    lower generation is refused with a reason, and the last good record stays in force.
+    The problems are those after the record in force: writing a good record again (any
+    `stream replay --new-generation`) supersedes what was refused before it.
+    """
+    control = Control()
+    problems: list[str] = []
+    for offset, key, value in records:
+        where = f"offset {offset}"
+        if key != CONTROL_KEY:
+            problems.append(f"{where}: a record under key {key!r:.60} ignored")
+            continue
+        if value is None:
+            problems.append(f"{where}: a tombstone ignored (the generation never goes back)")
+            continue
+        try:
+            candidate = Control.decode(value)
+        except ValueError as error:
+            problems.append(f"{where}: {error}"[:400])
+            continue
+        if candidate.generation < control.generation or candidate.epoch < control.epoch:
+            problems.append(
+                f"{where}: refused, it moves generation {control.generation} ->"
+                f" {candidate.generation}, epoch {control.epoch} -> {candidate.epoch} backwards"
+            )
+            continue
+        control = candidate
+        problems.clear()
+    return ControlRead(control, tuple(problems))
+
+
+def read_control_log(settings: Settings, timeout: float = 20.0) -> ControlRead:
+    """Every record of the control topic, and the one in force (``choose_control``)."""
     topic = control_topic(settings)
     # Listing every topic (no name) never auto-creates the one we look for.
     if topic not in admin_client(settings).list_topics(timeout=timeout).topics:
-        return Control()
+        return ControlRead(Control())
     consumer = Consumer(
         settings.librdkafka()
         | {
@@ -165,12 +210,12 @@ def read_control(settings: Settings, timeout: float = 20.0) -> Control:
             "log_level": 2,
         }
     )
+    records: list[tuple[int, bytes | None, bytes | None]] = []
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
         if high <= low:
-            return Control()
+            return ControlRead(Control())
         consumer.assign([TopicPartition(topic, 0, low)])
-        latest: bytes | None = None
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -184,13 +229,20 @@ def read_control(settings: Settings, timeout: float = 20.0) -> Control:
                 if error.code() == KafkaError._PARTITION_EOF:
                     break
                 raise KafkaException(error)
-            if message.key() == CONTROL_KEY:
-                latest = message.value()  # compaction keeps the last: so do we
+            records.append((message.offset() or 0, message.key(), message.value()))
             if (message.offset() or 0) >= high - 1:
                 break
     finally:
         consumer.close()
-    return Control.decode(latest) if latest else Control()
+    return choose_control(records)
+
+
+def read_control(settings: Settings, timeout: float = 20.0) -> Control:
+    """The control record in force; ``Control()`` when none was ever written."""
+    found = read_control_log(settings, timeout)
+    for problem in found.problems:
+        log.warning("%s: %s", control_topic(settings), problem)
+    return found.control
 
 
 def ensure_control_topic(settings: Settings, admin: AdminClient, timeout: float = 20.0) -> None:
@@ -390,30 +442,55 @@ def local_epoch(state_dir: Path) -> int:
         return -1  # unreadable: matches no epoch, so the state is dropped and rewritten
 
 
-def _record_epoch(state_dir: Path, epoch: int) -> None:
+def local_generation(state_dir: Path) -> int:
+    """The highest control generation this state directory ran with; 0 when none."""
+    try:
+        return max(0, int((state_dir / GENERATION_FILE).read_text().strip()))
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _record(state_dir: Path, name: str, value: int) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
-    temporary = state_dir / f".{EPOCH_FILE}.tmp"
-    temporary.write_text(f"{epoch}\n")
-    temporary.replace(state_dir / EPOCH_FILE)  # atomic: a crash leaves the old epoch
+    temporary = state_dir / f".{name}.tmp"
+    temporary.write_text(f"{value}\n")
+    temporary.replace(state_dir / name)  # atomic: a crash leaves the old value
+
+
+def _record_epoch(state_dir: Path, epoch: int) -> None:
+    _record(state_dir, EPOCH_FILE, epoch)
 
 
 def prepare_state(
-    settings: Settings, read: Callable[[Settings], Control] = read_control
-) -> Control:
+    settings: Settings, read: Callable[[Settings], ControlRead] = read_control_log
+) -> ControlRead:
     """Call before Faust starts: drop the local table state when a rebuild discarded it.
 
     Compares the control record's epoch with ``{STREAM_STATE_DIR}/epoch``; when they
     differ, removes the table's local RocksDB data (Faust then restores what the changelog
     still holds) and records the new epoch. Dropping is always safe, only slower to start.
-    Returns the control record: publish with ``control.worker_generation(settings.generation)``.
-    Raises ``RuntimeError`` (with the reason) when the record cannot be read or the state
-    cannot be removed: starting on discarded state would publish stale rows.
+    Returns the control record in force and the records refused (``choose_control``);
+    a generation below the one this state directory last ran with is refused too (a
+    compaction may have removed the good record a tombstone or garbage followed). Publish
+    with ``control.worker_generation(settings.generation)``. Raises ``RuntimeError`` (with
+    the reason) when the topic cannot be read or the state cannot be removed: starting on
+    discarded state would publish stale rows.
     """
     try:
-        control = read(settings)
+        found = read(settings)
     except (KafkaException, TimeoutError, ValueError) as error:
         raise RuntimeError(f"cannot read {control_topic(settings)}: {error}") from None
+    control, problems = found.control, list(found.problems)
     state_dir = Path(settings.state_dir)
+    floor = local_generation(state_dir)
+    if control.generation < floor:
+        problems.append(
+            f"generation {control.generation} is below {floor}, the one this state directory"
+            f" last ran with: kept {floor}"
+        )
+        control = replace(control, generation=floor)
+    for problem in problems:
+        log.error("%s: %s", control_topic(settings), problem)
     recorded = local_epoch(state_dir)
     if recorded != control.epoch:
         dropped = local_table_paths(state_dir)
@@ -433,15 +510,20 @@ def prepare_state(
             len(dropped),
             state_dir,
         )
-    return control
+    if control.generation > floor:
+        _record(state_dir, GENERATION_FILE, control.generation)
+    return ControlRead(control, tuple(problems))
 
 
-def worker_settings(settings: Settings) -> Settings:
+def worker_settings(settings: Settings) -> tuple[Settings, tuple[str, ...]]:
     """The settings a worker runs with: its local state checked against the control
     record's epoch (``prepare_state``) and the rebuild generation taken from it, so nobody
-    edits ``STREAM_GENERATION`` by hand. Raises ``RuntimeError`` like ``prepare_state``."""
-    control = prepare_state(settings)
-    return replace(settings, generation=control.worker_generation(settings.generation))
+    edits ``STREAM_GENERATION`` by hand; and the control records refused on the way (the
+    worker reports them: log, metric, ``/readyz``). Raises ``RuntimeError`` like
+    ``prepare_state``."""
+    found = prepare_state(settings)
+    generation = found.control.worker_generation(settings.generation)
+    return replace(settings, generation=generation), found.problems
 
 
 def claim_generation(settings: Settings) -> int:

@@ -28,6 +28,7 @@ from prometheus_client import (
 
 from stream.config import Settings
 from stream.contract.events import READ_TYPES
+from stream.ops.census import Census
 from stream.publish.publisher import RedisState
 
 log = logging.getLogger("stream.metrics")
@@ -49,20 +50,35 @@ class Metrics:
     redelivered: Counter
     quarantined: Counter
     lag: Gauge
+    committed_lag: Gauge
+    stalled: Gauge
+    retired: Counter
+    resets: Counter
+    state_sessions: Gauge
+    state_events: Gauge
+    census_walking: Gauge
+    control_unreadable: Gauge
     assigned_partitions: Gauge
     generation: Gauge
     sessions_faulted: Gauge
     rocksdb_bytes: Gauge
     redis_retrying: Gauge
     redis_pending: Gauge
+    redis_pending_bytes: Gauge
+    redis_oom: Gauge
+    redis_rejected: Counter
     ready_gauge: Gauge
     settings: Settings
     redis: RedisState | None = None
+    redis_rejected_seen: int = 0  # RedisState.rejected already added to redis_rejected
     assigned: list[int] = field(default_factory=list)
     recovered: bool = False
     fatal: str = ""
     positions: dict[int, int] = field(default_factory=dict)  # next offset per partition
-    faulted: set[str] = field(default_factory=set)
+    census: Census = field(default_factory=Census)  # what the assigned partitions' rows hold
+    # partition -> (committed offset, since when it stood there, records waiting, as of)
+    progress: dict[int, tuple[int | None, float, int, float]] = field(default_factory=dict)
+    control_problem: str = ""  # an unreadable or backwards control record, said loudly
 
     @classmethod
     def create(cls, settings: Settings) -> "Metrics":
@@ -104,14 +120,63 @@ class Metrics:
                 "Messages an unexpected error took out of a batch (dead-lettered)",
                 registry=r,
             ),
-            lag=Gauge("stream_consumer_lag", "Messages behind the end", ["partition"], registry=r),
+            lag=Gauge(
+                "stream_consumer_lag",
+                "Messages behind the end, from the read position",
+                ["partition"],
+                registry=r,
+            ),
+            committed_lag=Gauge(
+                "stream_committed_lag",
+                "Messages behind the end, from the committed offset (what a restart re-reads)",
+                ["partition"],
+                registry=r,
+            ),
+            stalled=Gauge(
+                "stream_partition_stalled",
+                "1 while the committed offset stands still and records wait (STREAM_STALL_SECONDS)",
+                ["partition"],
+                registry=r,
+            ),
+            retired=Counter(
+                "stream_events_retired",
+                "Events whose accounting a reset took back (the session started over)",
+                ["outcome"],
+                registry=r,
+            ),
+            resets=Counter(
+                "stream_resets", "Reset records met, applied or ignored", ["applied"], registry=r
+            ),
+            state_sessions=Gauge(
+                "stream_state_sessions",
+                "Sessions held in this worker's assigned partitions (counted from the rows)",
+                registry=r,
+            ),
+            state_events=Gauge(
+                "stream_state_events",
+                "Events accounted in the assigned partitions' rows, by outcome (the Redis"
+                " totals' share of this worker; exact across restarts)",
+                ["outcome"],
+                registry=r,
+            ),
+            census_walking=Gauge(
+                "stream_census_walking_partitions",
+                "Assigned partitions whose rows are still being counted",
+                registry=r,
+            ),
+            control_unreadable=Gauge(
+                "stream_control_record_problem",
+                "1 when the control topic holds a record the worker refused",
+                registry=r,
+            ),
             assigned_partitions=Gauge(
                 "stream_assigned_partitions", "Input partitions assigned", registry=r
             ),
             generation=Gauge("stream_generation", "Rebuild generation in use", registry=r),
             sessions_faulted=Gauge(
                 "stream_sessions_faulted",
-                "Sessions on this worker with a faulted projection",
+                "Sessions in this worker's assigned partitions with a faulted projection"
+                " (counted from the rows)",
                 registry=r,
             ),
             rocksdb_bytes=Gauge("stream_rocksdb_bytes", "State directory size", registry=r),
@@ -121,20 +186,43 @@ class Metrics:
             redis_pending=Gauge(
                 "stream_redis_pending_sessions", "Updates queued for Redis", registry=r
             ),
+            redis_pending_bytes=Gauge(
+                "stream_redis_pending_bytes",
+                "Estimated memory of the updates queued for Redis",
+                registry=r,
+            ),
+            redis_oom=Gauge(
+                "stream_redis_oom", "1 while Redis refuses writes as out of memory", registry=r
+            ),
+            redis_rejected=Counter(
+                "stream_redis_rejected_writes",
+                "Session writes Redis rejected as older than what it holds",
+                registry=r,
+            ),
             ready_gauge=Gauge("stream_ready", "1 when /readyz is 200", registry=r),
             settings=settings,
         )
         m.generation.set(settings.generation)
         for outcome in ("folded", "duplicate", "faulted", "dead_lettered"):
             m.events.labels(outcome)
+            m.state_events.labels(outcome)
+        for outcome in ("folded", "duplicate", "faulted"):
+            m.retired.labels(outcome)
         return m
 
     # -- updates from the agent --------------------------------------------------------
     def observe_batch(self, events: list[Any], result: Any) -> None:
-        counts = result.counts
-        for outcome, value in counts.as_dict().items():
-            if value:
+        """Cannot raise for what a batch holds: a counter takes only what can be added."""
+        for outcome, value in result.counts.as_dict().items():
+            if value > 0:
                 self.events.labels(outcome).inc(value)
+            elif value < 0:  # a bug: say so, never take the batch down
+                log.error("batch counted %d %s events; not added", value, outcome)
+        for outcome, value in result.retired.as_dict().items():
+            if value > 0 and outcome != "dead_lettered":
+                self.retired.labels(outcome).inc(value)
+        for note in result.resets:
+            self.resets.labels("yes" if note.applied else "no").inc()
         for kind, value in result.types.items():
             self.events_by_type.labels(kind if kind in _KNOWN_TYPES else "other").inc(value)
         self.batches.inc()
@@ -151,32 +239,61 @@ class Metrics:
             stamp = events[-1].message.timestamp
             if stamp:
                 self.produce_to_redis.observe(max(0.0, now - stamp))
+        census = self.census
         for change in result.sessions:
-            if "faults" in change.update:
-                self.faulted.add(change.session_id)
-            else:
-                self.faulted.discard(change.session_id)
+            census.observe(change.handle.message.partition, change.key, change.before, change.after)
+        for part in result.partitions:
+            census.observe_dead(part.partition, part.dead_lettered)
 
     def refresh(self, app: Any, table: Any, settings: Settings) -> None:
         """Gauges read on a timer (cheap enough every 10 s)."""
         self.assigned_partitions.set(len(self.assigned))
-        self.sessions_faulted.set(len(self.faulted))
         self.rocksdb_bytes.set(_size(Path(settings.state_dir)))
         consumer = getattr(app, "_consumer", None)
-        if consumer is not None:
-            for tp in list(getattr(app.assignor, "assigned_actives", lambda: [])()):
-                if tp.topic != settings.input_topic:
-                    continue
-                high = consumer.highwater(tp)
-                if high is None:
-                    continue
-                position = self.positions.get(tp.partition)
-                if position is None:  # nothing consumed here yet: lag from the commit
-                    committed = getattr(consumer, "_committed_offset", {}).get(tp)
-                    position = 0 if committed is None else committed + 1
-
-                self.lag.labels(str(tp.partition)).set(max(0, high - position))
+        if consumer is None:
+            return
+        committed_offsets = getattr(consumer, "_committed_offset", {})
+        now = time.monotonic()
+        seen = set()
+        for tp in list(getattr(app.assignor, "assigned_actives", lambda: [])()):
+            if tp.topic != settings.input_topic:
+                continue
+            high = consumer.highwater(tp)
+            if high is None:
+                continue
+            committed = committed_offsets.get(tp)
+            done = 0 if committed is None else committed + 1  # the next offset to read
+            position = self.positions.get(tp.partition, done)
+            self.lag.labels(str(tp.partition)).set(max(0, high - position))
+            self.observe_progress(tp.partition, committed, max(0, high - done), now)
+            seen.add(tp.partition)
+        for partition in [p for p in self.progress if p not in seen]:
+            del self.progress[partition]
+            self.stalled.remove(str(partition))
+            self.committed_lag.remove(str(partition))
         self.refresh_live()
+
+    def observe_progress(
+        self, partition: int, committed: int | None, waiting: int, now: float
+    ) -> None:
+        """Track whether a partition's committed offset moves while records wait."""
+        self.committed_lag.labels(str(partition)).set(waiting)
+        held = self.progress.get(partition)
+        if held is None or held[0] != committed or not waiting:
+            self.progress[partition] = (committed, now, waiting, now)
+        else:
+            self.progress[partition] = (committed, held[1], waiting, now)
+        self.stalled.labels(str(partition)).set(1 if self.stalled_for(partition, now) else 0)
+
+    def stalled_for(self, partition: int, now: float | None = None) -> float:
+        """Seconds the partition's committed offset has stood still past the allowance
+        while records wait (as of ``now``, else the last refresh); 0 when it is moving
+        (or nothing waits)."""
+        held = self.progress.get(partition)
+        if held is None or not held[2]:
+            return 0.0
+        still = (held[3] if now is None else now) - held[1]
+        return still if still >= self.settings.stall_seconds else 0.0
 
     def refresh_live(self) -> None:
         """Gauges read from memory, at every scrape."""
@@ -184,8 +301,19 @@ class Metrics:
         if state is not None:
             self.redis_retrying.set(1 if state.retrying else 0)
             self.redis_pending.set(state.pending)
+            self.redis_pending_bytes.set(state.pending_bytes)
+            self.redis_oom.set(1 if state.oom else 0)
+            if state.rejected > self.redis_rejected_seen:  # a Counter only goes up
+                self.redis_rejected.inc(state.rejected - self.redis_rejected_seen)
+            self.redis_rejected_seen = state.rejected
         self.assigned_partitions.set(len(self.assigned))
-        self.sessions_faulted.set(len(self.faulted))
+        figures = self.census.total()
+        self.sessions_faulted.set(figures.faulted_sessions)
+        self.state_sessions.set(figures.sessions)
+        for outcome in ("folded", "duplicate", "faulted", "dead_lettered"):
+            self.state_events.labels(outcome).set(getattr(figures, outcome))
+        self.census_walking.set(len(self.census.walking))
+        self.control_unreadable.set(1 if self.control_problem else 0)
         self.ready_gauge.set(0 if self.not_ready() else 1)
 
     # -- probes -----------------------------------------------------------------------
@@ -199,6 +327,15 @@ class Metrics:
             reasons.append("no assignment recovered yet")
         if self.redis is None or self.redis.retrying:
             reasons.append("redis not reachable" if self.redis else "redis not connected yet")
+        for partition, (committed, _, waiting, _) in sorted(self.progress.items()):
+            still = self.stalled_for(partition)
+            if still:
+                reasons.append(
+                    f"partition {partition} stalled: committed offset {committed} has not"
+                    f" moved for {still:.0f} s while {waiting:,} records wait"
+                )
+        if self.control_problem:
+            reasons.append(f"control record: {self.control_problem}")
         return reasons
 
 

@@ -71,10 +71,12 @@ FLOATS = {
     "STREAM_PRODUCER_LINGER",
     "STREAM_MAX_POLL_INTERVAL",
     "STREAM_REDIS_CHECK_INTERVAL",
+    "STREAM_STALL_SECONDS",
 }
 FLAGS = {
     "STREAM_RESEED_ON_ASSIGN",
     "STREAM_WEB_ENABLED",
+    "STREAM_RESETS",
 }
 # Read with their own rules, tested below.
 OTHERS = {

@@ -9,12 +9,15 @@ import pytest
 import stream
 from stream.config import Settings
 from stream.ops.control import (
+    CONTROL_KEY,
     EPOCH_FILE,
     TABLE,
     ChangelogPartition,
     Control,
     ControlError,
+    ControlRead,
     changelog_topic,
+    choose_control,
     control_topic,
     local_epoch,
     local_table_paths,
@@ -128,7 +131,8 @@ def test_local_table_paths_are_the_tables_rocksdb_directories(tmp_path: Path) ->
 
 
 def _prepare(tmp_path: Path, control: Control) -> Control:
-    return prepare_state(Settings(state_dir=str(tmp_path)), read=lambda _: control)
+    found = prepare_state(Settings(state_dir=str(tmp_path)), read=lambda _: ControlRead(control))
+    return found.control
 
 
 def test_prepare_state_drops_local_state_when_the_epoch_moved(tmp_path: Path) -> None:
@@ -159,12 +163,61 @@ def test_an_unreadable_epoch_file_means_drop(tmp_path: Path) -> None:
     assert local_epoch(tmp_path) == 0
 
 
-def test_prepare_state_reports_an_unreadable_control_record(tmp_path: Path) -> None:
-    def broken(_: Settings) -> Control:
-        raise ValueError("unreadable control record")
+def test_prepare_state_reports_a_control_topic_it_cannot_read(tmp_path: Path) -> None:
+    def broken(_: Settings) -> ControlRead:
+        raise TimeoutError("reading took over 20 s")
 
-    with pytest.raises(RuntimeError, match="ctx-control: unreadable"):
+    with pytest.raises(RuntimeError, match="ctx-control: reading took"):
         prepare_state(Settings(app_id="ctx", state_dir=str(tmp_path)), read=broken)
+
+
+GOOD = Control(generation=3, epoch=1).encode()
+
+
+@pytest.mark.parametrize(
+    ("records", "reason"),
+    [
+        ([(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, b"{garbage")], "offset 1: unreadable"),
+        ([(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, None)], "offset 1: a tombstone ignored"),
+        (
+            [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, Control(generation=2, epoch=1).encode())],
+            "moves generation 3 -> 2, epoch 1 -> 1 backwards",
+        ),
+        (
+            [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, Control(generation=4).encode())],
+            "epoch 1 -> 0 backwards",
+        ),
+        (
+            [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, b'{"generation": 18446744073709551616}')],
+            "bad number",
+        ),
+        ([(0, CONTROL_KEY, GOOD), (1, b"other", b"{}")], "under key b'other' ignored"),
+    ],
+)
+def test_a_bad_control_record_is_refused_loudly_and_the_good_one_stays_in_force(
+    records: list[tuple[int, bytes | None, bytes | None]], reason: str
+) -> None:
+    found = choose_control(records)
+    assert (found.control.generation, found.control.epoch) == (3, 1)
+    (problem,) = found.problems
+    assert reason in problem
+
+
+def test_a_good_record_after_a_refused_one_supersedes_the_problem() -> None:
+    later = Control(generation=5, epoch=1).encode()
+    found = choose_control(
+        [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, None), (2, CONTROL_KEY, later)]
+    )
+    assert found.control.generation == 5 and found.problems == ()
+
+
+def test_a_generation_below_what_the_state_directory_ran_with_is_kept_up(tmp_path: Path) -> None:
+    assert _prepare(tmp_path, Control(generation=7)).generation == 7
+    settings = Settings(state_dir=str(tmp_path))
+    found = prepare_state(settings, read=lambda _: ControlRead(Control(generation=2)))
+    assert found.control.generation == 7
+    (problem,) = found.problems
+    assert "generation 2 is below 7" in problem
 
 
 def test_a_generation_bump_moves_only_the_generation() -> None:

@@ -1,0 +1,115 @@
+"""What the worker's metrics and probes say about batches, stalls and control records."""
+
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+
+from stream.config import Settings
+from stream.contract import build
+from stream.ops.metrics import Metrics
+from stream.publish.publisher import RedisState
+from stream.session.batch import RESET_HEADER, Message, fold_batch
+
+
+def metrics(**settings: Any) -> Metrics:
+    m = Metrics.create(Settings(**settings))
+    m.redis = RedisState()
+    m.recovered = True
+    return m
+
+
+def value(m: Metrics, name: str, **labels: str) -> float | None:
+    m.refresh_live()
+    return m.registry.get_sample_value(name, labels or None)
+
+
+def event(message: Message[Any]) -> Any:
+    """What the agent hands over: a Faust event, as far as the metrics read it."""
+    return SimpleNamespace(
+        message=SimpleNamespace(partition=message.partition, offset=message.offset, timestamp=None)
+    )
+
+
+def batch(rows: dict[bytes, bytes], messages: list[Message[Any]], m: Metrics) -> Any:
+    handles = [
+        Message(x.key, x.value, x.topic, x.partition, x.offset, event(x), x.headers)
+        for x in messages
+    ]
+    result = fold_batch(handles, lambda key, _: rows.get(key))
+    for change in result.sessions:
+        rows[change.key] = change.row
+    m.observe_batch([h.handle for h in handles], result)
+    return result
+
+
+def test_a_reset_that_takes_a_tally_back_never_reaches_a_counter_as_negative() -> None:
+    """The demo's repair: a session faulted by a gap, reset and produced again whole."""
+    m = metrics()
+    m.census.assign([0])
+    m.census.walked(0)
+    rows: dict[bytes, bytes] = {}
+    user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(3)]
+    gap = orjson.dumps([user[0], user[2]])
+    batch(rows, [Message(b"s", gap, "events", 0, 0, 0)], m)
+    assert value(m, "stream_sessions_faulted") == 1
+    assert value(m, "stream_events_total", outcome="faulted") == 1
+    repair = [
+        Message(b"s", b"", "events", 0, 1, 0, [(RESET_HEADER, b"2")]),
+        Message(b"s", orjson.dumps(user), "events", 0, 2, 0),
+    ]
+    batch(rows, repair, m)
+    assert value(m, "stream_events_total", outcome="folded") == 4
+    assert value(m, "stream_events_retired_total", outcome="faulted") == 1
+    assert value(m, "stream_events_retired_total", outcome="folded") == 1
+    assert value(m, "stream_resets_total", applied="yes") == 1
+    # The state's own figures: what Redis' totals hold for this worker's partitions.
+    assert value(m, "stream_sessions_faulted") == 0
+    assert value(m, "stream_state_events", outcome="folded") == 3
+    assert value(m, "stream_state_events", outcome="faulted") == 0
+    assert value(m, "stream_state_sessions") == 1
+
+
+def test_the_faulted_sessions_gauge_comes_from_the_rows_after_a_restart() -> None:
+    rows: dict[bytes, bytes] = {}
+    user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(3)]
+    before = metrics()
+    batch(rows, [Message(b"s", orjson.dumps([user[0], user[2]]), "events", 0, 0, 0)], before)
+    after = metrics()  # a new process: nothing seen yet, the rows hold the truth
+    for partition in after.census.assign([0]):
+        for key in sorted(rows):
+            after.census.visit(partition, key, rows[key])
+        after.census.walked(partition)
+    assert value(after, "stream_sessions_faulted") == 1
+    assert value(after, "stream_state_events", outcome="faulted") == 1
+
+
+def test_a_committed_offset_that_stands_still_while_records_wait_is_a_stall() -> None:
+    m = metrics(stall_seconds=60)
+    m.observe_progress(4, 280, 307, now=1000.0)
+    m.observe_progress(4, 280, 310, now=1030.0)
+    assert m.not_ready() == []
+    m.observe_progress(4, 280, 320, now=1061.0)
+    assert value(m, "stream_partition_stalled", partition="4") == 1
+    assert value(m, "stream_committed_lag", partition="4") == 320
+    (reason,) = m.not_ready()
+    assert reason.startswith("partition 4 stalled: committed offset 280 has not moved for")
+    assert "320 records wait" in reason
+    m.observe_progress(4, 300, 20, now=1070.0)  # it moved: ready again
+    assert (
+        m.stalled_for(4, 1070.0) == 0 and value(m, "stream_partition_stalled", partition="4") == 0
+    )
+
+
+def test_nothing_waiting_is_never_a_stall() -> None:
+    m = metrics(stall_seconds=1)
+    m.observe_progress(0, 10, 0, now=0.0)
+    m.observe_progress(0, 10, 0, now=100.0)
+    assert m.stalled_for(0, 100.0) == 0
+
+
+def test_a_refused_control_record_turns_readiness_red() -> None:
+    m = metrics()
+    m.control_problem = "offset 3: a tombstone ignored"
+    assert m.not_ready() == ["control record: offset 3: a tombstone ignored"]
+    assert value(m, "stream_control_record_problem") == 1
