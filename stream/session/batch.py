@@ -473,7 +473,7 @@ class _Batch(Generic[M]):
             ("faults" in body, (record.tally.folded, record.tally.duplicate, record.tally.faulted)),
         )
 
-    def rescue(self, session_key: tuple[int, bytes]) -> SessionChange[M] | None:
+    def rescue(self, session_key: tuple[int, bytes]) -> SessionChange[M]:
         """A session that cannot be finished (encoded): refold its messages one at a time
         from the stored row and quarantine each one after which it cannot be, so one
         input nobody foresaw costs its own message, never the batch."""
@@ -510,8 +510,7 @@ class _Batch(Generic[M]):
                 change = self.change(session_key, self.sessions[session_key])
             except Exception:  # an input nobody foresaw (every bound held): never stall
                 change = self.rescue(session_key)
-            if change is not None:
-                result.sessions.append(change)
+            result.sessions.append(change)
         for entry in self.sessions.values():
             # New events only: what the batch added, the part a reset took back included.
             result.counts.add_tally(entry.record.tally)

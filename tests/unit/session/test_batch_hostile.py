@@ -42,7 +42,9 @@ class Store:
         self.rows: dict[tuple[int, bytes], bytes] = {}
 
     def fold(self, messages: list[Message[int]], limits: Limits = LIMITS) -> Any:
-        result = fold_batch(messages, lambda key, partition: self.rows.get((partition, key)), limits)
+        result = fold_batch(
+            messages, lambda key, partition: self.rows.get((partition, key)), limits
+        )
         for change in result.sessions:
             self.rows[(change.handle, change.key)] = change.row
         for part in result.partitions:
@@ -185,7 +187,12 @@ def test_the_largest_generation_is_taken_and_logged() -> None:
     message = Message(b"s", b"", "events", 0, 5, 0, [(RESET_HEADER, str(MAX_GENERATION).encode())])
     result = Store().fold([message])
     (note,) = result.resets
-    assert (note.session_id, note.gen, note.previous, note.applied) == ("s", MAX_GENERATION, 0, True)
+    assert (note.session_id, note.gen, note.previous, note.applied) == (
+        "s",
+        MAX_GENERATION,
+        0,
+        True,
+    )
     assert result.sessions[0].gen == MAX_GENERATION
 
 
