@@ -5,6 +5,7 @@ import sys
 from typing import Any
 
 from stream.config import Settings
+from stream.session.batch import MAX_GENERATION
 
 
 def register(commands: Any) -> None:
@@ -112,8 +113,10 @@ def run_produce(args: argparse.Namespace) -> int:
         print("stream produce: --segment must be at least 1", file=sys.stderr)
         return 2
     settings = Settings.from_env()
-    if args.reset_generation is not None and args.reset_generation < 1:
-        print("stream produce: --reset-generation must be at least 1", file=sys.stderr)
+    if args.reset_generation is not None and not 1 <= args.reset_generation <= MAX_GENERATION:
+        print(
+            f"stream produce: --reset-generation must be in 1..{MAX_GENERATION}", file=sys.stderr
+        )
         return 2
     reset = args.reset_generation
     if args.reset and reset is None:

@@ -1524,3 +1524,59 @@ class Broker:
         if watch is None:
             return None
         return Outage(elapsed, seen[0] - before[0], seen[1] - before[1])
+
+
+# --------------------------------------------------------------------------- hostile producer
+
+
+@dataclass
+class PureFold:
+    """What the pure core makes of every record of the input topic, each partition folded
+    in offset order as one batch: the latest update of every session, and the totals."""
+
+    updates: dict[str, Any]
+    totals: dict[str, int]
+    faulted_sessions: int
+    records: int
+    resets: int
+
+
+def pure_fold_of_topic(deployment: Deployment, limits: Any = None) -> PureFold:
+    """The model a hostile run is checked against, read back from the topic itself (so
+    records written by ``stream produce --reset`` are in it too)."""
+    from stream.session.batch import Limits as CoreLimits
+    from stream.session.batch import Message as CoreMessage
+    from stream.session.batch import fold_batch
+
+    records = deployment.consume_all(input_topic(deployment), timeout=120)
+    by_partition: dict[int, list[Any]] = {}
+    for record in records:
+        by_partition.setdefault(record.partition(), []).append(record)
+    updates: dict[str, Any] = {}
+    totals = dict.fromkeys(("folded", "duplicate", "faulted", "dead_lettered"), 0)
+    faulted = resets = 0
+    for partition, found in sorted(by_partition.items()):
+        found.sort(key=lambda r: r.offset())
+        messages = [
+            CoreMessage(
+                r.key(),
+                r.value(),
+                r.topic(),
+                partition,
+                r.offset(),
+                None,
+                [(name, value) for name, value in (r.headers() or [])],
+            )
+            for r in found
+        ]
+        result = fold_batch(messages, lambda key, handle: None, limits or CoreLimits())
+        for change in result.sessions:
+            updates[change.session_id] = change.update
+            tally = change.tally
+            totals["folded"] += tally.folded
+            totals["duplicate"] += tally.duplicate
+            totals["faulted"] += tally.faulted
+            faulted += "faults" in change.update
+        totals["dead_lettered"] += sum(p.dead_lettered for p in result.partitions)
+        resets += sum(1 for note in result.resets if note.applied)
+    return PureFold(updates, totals, faulted, len(records), resets)

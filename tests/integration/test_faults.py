@@ -19,11 +19,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from stream.config import Settings
+from stream.contract import build
 from stream.contract.jsontext import MAX_DEPTH
 from stream.ops.admin import ensure_topics
+from stream.session.batch import RESET_HEADER
+from tests.generators.extreme import MAX_SAFE, extreme_messages
 from tests.generators.sessions import RawNumber
 from tests.integration.faults import (
     DEFAULT_LIMITS,
@@ -38,13 +42,17 @@ from tests.integration.faults import (
     assert_alive,
     assigned,
     changelog_restored,
+    consumer_lag,
     deep_array,
     hostile_traffic,
     input_topic,
+    latest_output,
     nested_part,
     probe_sessions,
     produce_in_steps,
     produce_now,
+    producer_for,
+    pure_fold_of_topic,
     say,
     scaled,
     segment,
@@ -59,7 +67,7 @@ from tests.integration.faults import (
     wait_committed,
     wipe_state,
 )
-from tests.integration.harness import Deployment, RedisServer, Worker, wait_until
+from tests.integration.harness import Deployment, RedisServer, Worker, offline_fold, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -480,6 +488,95 @@ def test_a_segment_reads_its_events_as_they_read_alone(
         messages.append(segment(key, parts, DEFAULT_LIMITS, "segment"))
     produce_now(deployment, ledger, messages)
     verify(deployment, ledger, tmp_path, timeout=120)
+
+
+# --------------------------------------------------------------------------- hostile producer
+
+
+def _caught_up(deployment: Deployment, worker: Worker, what: str) -> None:
+    def done() -> bool:
+        assert_alive(worker)
+        return all(v == 0 for v in consumer_lag(deployment).values())
+
+    wait_until(done, 240, what, every=1.0)
+
+
+def test_a_hostile_producer_cannot_stall_a_partition(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """The hostile run through the broker, the worker and Redis: good traffic; the property
+    test's hostile producer (``tests.generators.extreme``: arbitrary bytes, extreme but
+    well-formed events, odd keys, arbitrary headers, resets); a 334 KB segment of 2,100
+    usage samples of 2^53 - 1 input tokens; a reset of generation 2^64; then the documented
+    repair of a gap (`stream produce --reset`) while the worker runs. Every partition's
+    committed offset reaches its end; Redis and the output topic hold, for every session,
+    what the pure fold of the topic's records gives; Redis' totals and the worker's state
+    figures add up to it; the clean sessions equal `stream fold`; the worker stays ready."""
+    deployment = _deployment(deployments, kafka_bootstrap, redis_url, tmp_path, 4)
+    rng = random.Random(1616)
+    ledger = Ledger(input_topic(deployment))
+    clean = session_traffic(rng, "clean", scaled(12, 60), (20, 80), garbage_rate=0)
+    raws = extreme_messages(rng, scaled(400, 6000), prefix="x")
+    flood = [build.user_message(0, build.texts("hi"), time=0)] + [
+        build.usage_chunk(seq, build.usage(MAX_SAFE, 1), step=seq, time=seq)
+        for seq in range(1, 2101)
+    ]
+    raws.append((b"x-flood", orjson.dumps(flood), []))
+    raws.append((b"x-flood", None, [(RESET_HEADER, str(2**64).encode())]))
+    log = [build.user_message(seq, build.texts(f"part {seq}"), time=seq) for seq in range(6)]
+    raws.extend((b"gap", orjson.dumps(event), []) for n, event in enumerate(log) if n != 2)
+    worker = deployment.start_worker("hostile")
+    produce_now(deployment, ledger, clean)
+    producer = producer_for(deployment)
+    for key, value, headers in raws:
+        producer.produce(input_topic(deployment), key=key, value=value, headers=headers or None)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    _caught_up(deployment, worker, "the hostile traffic committed to the end")
+    gapped = deployment.redis_update("gap")
+    assert gapped is not None and "gap: expected seq 2" in str(gapped["faults"])
+
+    # The repair the docs prescribe, as an operator runs it during the demo.
+    path = tmp_path / "gap.jsonl"
+    lines = [orjson.dumps({"type": "session", "id": "gap"}), *map(orjson.dumps, log)]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    deployment.stream("produce", "--reset", str(path))
+    _caught_up(deployment, worker, "the repair committed to the end")
+
+    model = pure_fold_of_topic(deployment)
+    wait_until(lambda: deployment.stats() == model.totals, 60, f"redis totals {model.totals}")
+    sessions = sorted(model.updates)
+    assert redis_updates(deployment, sessions) == model.updates
+    assert latest_output(deployment) == model.updates
+    assert model.updates["gap"] == offline_fold([path])["gap"]
+    assert "faults" not in model.updates["gap"]
+    assert "passes 2^53 - 1" in model.updates["x-flood"]["faults"]["tokenUsage"]["error"]
+    logs = ledger.write_logs(tmp_path / "clean")
+    for session, line in offline_fold(logs).items():
+        assert model.updates[session] == line, session
+
+    def figures_agree() -> bool:
+        samples = worker.metrics()
+        state = {
+            outcome: samples.get(f'stream_state_events{{outcome="{outcome}"}}')
+            for outcome in model.totals
+        }
+        return (
+            samples.get("stream_census_walking_partitions") == 0
+            and state == {k: float(v) for k, v in model.totals.items()}
+            and samples.get("stream_sessions_faulted") == model.faulted_sessions
+        )
+
+    wait_until(figures_agree, 60, "the worker's state figures to equal the model's")
+    samples = worker.metrics()
+    assert samples['stream_resets_total{applied="yes"}'] >= 1
+    assert samples['stream_events_retired_total{outcome="faulted"}'] >= 1
+    assert worker.probe("/readyz") == 200, worker.page("/readyz")
+    say(
+        f"hostile producer: {model.records} records, {len(sessions)} sessions exact,"
+        f" {model.faulted_sessions} faulted, {model.resets} resets applied; totals"
+        f" {model.totals}; committed offsets at the end of every partition"
+    )
 
 
 # --------------------------------------------------------------------------- backlog
