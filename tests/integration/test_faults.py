@@ -53,6 +53,7 @@ from tests.integration.faults import (
     produce_now,
     producer_for,
     pure_fold_of_topic,
+    redis_updates,
     say,
     scaled,
     segment,
