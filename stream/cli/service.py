@@ -114,9 +114,7 @@ def run_produce(args: argparse.Namespace) -> int:
         return 2
     settings = Settings.from_env()
     if args.reset_generation is not None and not 1 <= args.reset_generation <= MAX_GENERATION:
-        print(
-            f"stream produce: --reset-generation must be in 1..{MAX_GENERATION}", file=sys.stderr
-        )
+        print(f"stream produce: --reset-generation must be in 1..{MAX_GENERATION}", file=sys.stderr)
         return 2
     reset = args.reset_generation
     if args.reset and reset is None:

@@ -326,7 +326,14 @@ class Metrics:
         if not self.recovered:
             reasons.append("no assignment recovered yet")
         if self.redis is None or self.redis.retrying:
-            reasons.append("redis not reachable" if self.redis else "redis not connected yet")
+            if self.redis is None:
+                reasons.append("redis not connected yet")
+            else:  # the kind of outage: out of memory is not "unreachable"
+                kind = self.redis.reason
+                if kind in ("", "connection", "timeout"):
+                    reasons.append("redis not reachable")
+                else:
+                    reasons.append(f"redis refuses writes ({kind}): updates queued")
         for partition, (committed, _, waiting, _) in sorted(self.progress.items()):
             still = self.stalled_for(partition)
             if still:

@@ -8,10 +8,15 @@ fold. Order of duty:
    before the batch's offsets can be acked and committed). A failed send is re-sent with
    backoff; the batch is held, never committed past.
 2. Redis, a cache of the output topic: written in one round trip. A transient failure
-   hands the updates to a background writer (coalesced per session, newest version wins)
-   and the batch goes on, so an outage never stalls consumption or drops the worker from
-   its group; a permanent failure (bad password, WRONGTYPE, script error) raises
-   ``PermanentRedisError`` and the worker stops with a clear message.
+   — Redis unreachable, or refusing writes for a while: out of memory (OOM), persistence
+   failing (MISCONF), loading, a failover — hands the updates to a background writer
+   (coalesced per session, newest version wins) and the batch goes on, so an outage never
+   stalls consumption or drops the worker from its group. The queue is bounded in
+   sessions and in bytes: past either bound batches are held until it is back under half
+   of both. A permanent failure (bad password, WRONGTYPE, script error) raises
+   ``PermanentRedisError`` and the worker stops with a clear message. Writes Redis
+   rejects as older than what it holds (a slower or zombie worker, a generation that went
+   backwards) are counted and reported, never silently dropped.
 3. Re-seed: ``reseed`` republishes stored rows through the same guarded script (nothing
    older overwrites anything newer), used when partitions are assigned and when Redis
    comes back without the marker — i.e. empty, flushed or failed over to an empty replica.
@@ -19,10 +24,12 @@ fold. Order of duty:
 
 import asyncio
 import logging
+import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
@@ -36,6 +43,7 @@ from stream.publish.redis_sink import (
     RedisSink,
     SessionUpdate,
     is_transient,
+    outage_kind,
 )
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter
@@ -82,15 +90,50 @@ def update_headers(gen: int, tally: tuple[int, int, int], v: int) -> list[tuple[
     ]
 
 
+# What a queued update costs besides its payload and session id: the dict slot, the
+# SessionUpdate, its tally tuple and ints, the bytes and str headers (about 300 bytes
+# measured with tracemalloc on CPython 3.11), rounded up.
+ENTRY_OVERHEAD = 320
+CHUNK = 2000  # updates per round trip when the queue is written
+REJECTED_LOG_INTERVAL = 10.0  # s: at most one line about rejected writes per interval
+
+# How the log names an outage kind (redis_sink.outage_kind).
+OUTAGES = {
+    "connection": "unreachable",
+    "timeout": "timed out",
+    "oom": "out of memory (used memory > maxmemory; free memory, raise maxmemory, or set"
+    " REDIS_TTL_SECONDS so idle sessions expire)",
+    "misconf": "refusing writes: its persistence (RDB/AOF) is failing, see its log",
+    "loading": "loading its dataset",
+    "readonly": "read-only (a replica, or a failover in progress)",
+    "masterdown": "a replica without its primary",
+    "busy": "busy running a script",
+    "cluster": "a cluster down or resharding",
+}
+
+
+def entry_bytes(u: SessionUpdate) -> int:
+    """The memory a queued update is estimated to hold."""
+    return len(u.payload) + len(u.session_id) + ENTRY_OVERHEAD
+
+
 @dataclass
 class RedisState:
     """What the Redis side is doing, for metrics and readiness."""
 
     retrying: bool = False
-    pending: int = 0
-    last_error: str = ""
+    pending: int = 0  # sessions queued for Redis
+    pending_bytes: int = 0  # their estimated memory (entry_bytes)
+    last_error: str = ""  # the last failure's text (kept after Redis is back)
+    reason: str = ""  # the current outage's kind (redis_sink.outage_kind); "" when none
+    rejected: int = 0  # live session writes Redis refused as older than what it holds
     reseeds: int = 0
     reseeded_sessions: int = 0
+
+    @property
+    def oom(self) -> bool:
+        """True while the current outage is Redis out of memory."""
+        return self.retrying and self.reason == "oom"
 
 
 @dataclass
@@ -98,17 +141,29 @@ class Publisher(Generic[M]):
     settings: Settings
     outbox: Outbox[M]
     sink: RedisSink
-    max_pending: int = 500_000  # sessions awaiting Redis before batches are held
+    max_pending: int = 0  # sessions queued before batches are held; 0: from settings
+    max_pending_bytes: int = 0  # their entry_bytes before batches are held; 0: settings
     state: RedisState = field(default_factory=RedisState)
     on_permanent: Callable[[BaseException], None] | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def __post_init__(self) -> None:
+        if self.max_pending <= 0:
+            self.max_pending = self.settings.redis_max_pending
+        if self.max_pending_bytes <= 0:
+            self.max_pending_bytes = self.settings.redis_max_pending_bytes
         self._pending: dict[str, SessionUpdate] = {}
+        self._bytes = 0  # sum of entry_bytes over _pending, kept as entries come and go
+        self._reseeded: set[str] = set()  # queued entries that came from a re-seed
         self._dead: dict[tuple[str, int], DeadCount] = {}
         self._drained = asyncio.Event()
         self._drained.set()
+        self._room = asyncio.Event()  # set: the queue is under its low-water mark
+        self._room.set()
         self._writer: asyncio.Task[None] | None = None
+        self._outages: set[str] = set()  # outage kinds logged since Redis was last fine
+        self._unreported = 0  # rejected writes since the last line about them
+        self._reported_at = -math.inf
 
     @property
     def generation(self) -> int:
@@ -124,7 +179,7 @@ class Publisher(Generic[M]):
                 max(gen, c.gen),
                 c.update["seq"],
                 (c.tally.folded, c.tally.duplicate, c.tally.faulted),
-                orjson.dumps(c.update),
+                c.payload or orjson.dumps(c.update),
                 c.view_version,
             )
             for c in result.sessions
@@ -145,7 +200,7 @@ class Publisher(Generic[M]):
                 futures.append(
                     outbox.send_update(
                         change.key,
-                        orjson.dumps(change.update),
+                        change.payload or orjson.dumps(change.update),
                         update_headers(max(gen, change.gen), tally, change.view_version),
                     )
                 )
@@ -167,46 +222,87 @@ class Publisher(Generic[M]):
             await backoff.wait()
 
     # -- Redis -----------------------------------------------------------------------
-    async def write_redis(self, updates: list[SessionUpdate], dead: list[DeadCount]) -> None:
+    async def write_redis(
+        self, updates: list[SessionUpdate], dead: list[DeadCount], *, live: bool = True
+    ) -> None:
+        """Write to Redis, or queue when it is away. ``live``: updates of a batch just
+        folded; False for a re-seed, whose rows may be overtaken by live updates meanwhile
+        (so Redis rejecting one as older is expected and not counted)."""
         if self._pending or self._dead:  # an outage is being worked off: queue behind it
-            self._queue(updates, dead)
-            if len(self._pending) > self.max_pending:
-                await self._drained.wait()  # bounded memory: hold batches until it drains
-            return
-        try:
-            await self.sink.write(updates, dead, now_ms())
-        except PermanentRedisError as error:
-            self._permanent(error)
-            raise
-        except Exception as error:
-            if not is_transient(error):
+            self._queue(updates, dead, live)
+        else:
+            try:
+                results = await self.sink.write(updates, dead, now_ms())
+            except PermanentRedisError as error:
                 self._permanent(error)
-                raise PermanentRedisError(str(error)) from error
-            self._queue(updates, dead)
-            self._note(error)
+                raise
+            except Exception as error:
+                if not is_transient(error):
+                    self._permanent(error)
+                    raise PermanentRedisError(str(error)) from error
+                self._queue(updates, dead, live)
+                self._note(error)
+            else:
+                if live:
+                    rejected = zip(updates, results, strict=False)
+                    await self._rejected([u for u, r in rejected if r == 0])
+                return
+        if not self._room.is_set():
+            await self._room.wait()  # bounded memory: hold batches until under low water
 
-    def _queue(self, updates: Iterable[SessionUpdate], dead: Iterable[DeadCount]) -> None:
-        pending = self._pending
+    def _queue(
+        self, updates: Iterable[SessionUpdate], dead: Iterable[DeadCount], live: bool = True
+    ) -> None:
+        pending, reseeded = self._pending, self._reseeded
+        size = self._bytes
         for u in updates:
             held = pending.get(u.session_id)
-            if held is None or u.version >= held.version:
-                pending[u.session_id] = u
+            if held is None:
+                size += entry_bytes(u)
+            elif u.version >= held.version:
+                size += len(u.payload) - len(held.payload)
+            else:
+                continue
+            pending[u.session_id] = u
+            if live:
+                reseeded.discard(u.session_id)
+            else:
+                reseeded.add(u.session_id)
         for d in dead:
             key = (d.topic, d.partition)
             held_dead = self._dead.get(key)
             if held_dead is None or (d.gen, d.count) >= (held_dead.gen, held_dead.count):
                 self._dead[key] = d
+        self._bytes = size
         self.state.pending = len(pending)
+        self.state.pending_bytes = size
+        if len(pending) > self.max_pending or size > self.max_pending_bytes:
+            self._room.clear()  # past a bound: batches wait for the low-water mark
         if pending or self._dead:
             self._drained.clear()
             if self._writer is None or self._writer.done():
                 self._writer = asyncio.ensure_future(self._drain())
 
+    def _low_water(self) -> bool:
+        """Under half of both bounds: held batches may go on."""
+        return (
+            len(self._pending) <= self.max_pending // 2
+            and self._bytes <= self.max_pending_bytes // 2
+        )
+
     def _note(self, error: BaseException) -> None:
-        if not self.state.retrying:
-            log.warning("redis unavailable (%s); updates queue until it is back", error)
+        kind = outage_kind(error) or "error"
+        text = safe_text(str(error), 300)
+        if kind not in self._outages:  # once per kind and outage, with the reason
+            self._outages.add(kind)
+            log.warning(
+                "redis %s (%s); updates queue until it takes writes again",
+                OUTAGES.get(kind, "failed"),
+                text,
+            )
         self.state.retrying = True
-        self.state.last_error = safe_text(str(error), 300)
+        self.state.reason = kind
+        self.state.last_error = text
 
     def _permanent(self, error: BaseException) -> None:
         self.state.last_error = safe_text(str(error), 300)
@@ -214,13 +310,52 @@ class Publisher(Generic[M]):
         if self.on_permanent is not None:
             self.on_permanent(error)
 
+    async def _rejected(self, rejected: Sequence[SessionUpdate]) -> None:
+        """Count live writes Redis rejected as older than what it holds (result 0) and
+        report them: at most one line per REJECTED_LOG_INTERVAL, with one example."""
+        if not rejected:
+            return
+        self.state.rejected += len(rejected)
+        self._unreported += len(rejected)
+        now = monotonic()
+        if now - self._reported_at < REJECTED_LOG_INTERVAL:
+            return
+        self._reported_at = now
+        example = rejected[0]
+        stored = await self._stored_version(example.session_id)
+        log.warning(
+            "redis holds newer versions than %d session writes since the last report (%d in"
+            " all): a slower or zombie worker, or a generation that went backwards"
+            " (STREAM_GENERATION); e.g. session %s: (gen, seq, n, v) %s, stored %s",
+            self._unreported,
+            self.state.rejected,
+            safe_text(example.session_id, 200),
+            example.version,
+            stored,
+        )
+        self._unreported = 0
+
+    async def _stored_version(self, session_id: str) -> str:
+        """The version Redis holds for a session, for the report (best effort)."""
+        key = self.sink.layout.session_key(session_id)
+        try:
+            found = await asyncio.wait_for(
+                self.sink.client.hmget(key, ["gen", "seq", "n", "v"]), 1.0
+            )
+        except Exception:
+            return "unknown"
+        values = [v.decode() if isinstance(v, bytes) else str(v) for v in found]
+        return f"({', '.join(values)})"
+
     async def _drain(self) -> None:
         backoff = Backoff(0.1, 5.0)
-        while self._pending or self._dead:
-            chunk = list(self._pending.values())[:2000]
+        pending, reseeded, state = self._pending, self._reseeded, self.state
+        while pending or self._dead:
+            chunk = list(islice(pending.values(), CHUNK))
             dead = list(self._dead.values())
+            live = [u.session_id not in reseeded for u in chunk] if reseeded else None
             try:
-                await self.sink.write(chunk, dead, now_ms())
+                results = await self.sink.write(chunk, dead, now_ms())
             except Exception as error:
                 if not is_transient(error) or isinstance(error, PermanentRedisError):
                     self._permanent(error)
@@ -229,16 +364,33 @@ class Publisher(Generic[M]):
                 await backoff.wait()
                 continue
             backoff.reset()
+            size = self._bytes
             for u in chunk:
-                if self._pending.get(u.session_id) is u:
-                    del self._pending[u.session_id]
+                if pending.get(u.session_id) is u:
+                    del pending[u.session_id]
+                    reseeded.discard(u.session_id)
+                    size -= entry_bytes(u)
             for d in dead:
                 if self._dead.get((d.topic, d.partition)) is d:
                     del self._dead[(d.topic, d.partition)]
-            self.state.pending = len(self._pending)
-        if self.state.retrying:
+            self._bytes = size
+            state.pending = len(pending)
+            state.pending_bytes = size
+            if not self._room.is_set() and self._low_water():
+                self._room.set()
+            await self._rejected(
+                [
+                    u
+                    for i, (u, r) in enumerate(zip(chunk, results, strict=False))
+                    if r == 0 and (live is None or live[i])
+                ]
+            )
+        if state.retrying:
             log.info("redis is back; queued updates written")
-        self.state.retrying = False
+        state.retrying = False
+        state.reason = ""
+        self._outages.clear()
+        self._room.set()
         self._drained.set()
 
     async def flush(self, timeout: float) -> bool:
@@ -302,12 +454,12 @@ class Publisher(Generic[M]):
                     view_version(record),
                 )
             )
-            if len(batch) >= 2000:
-                await self.write_redis(batch, dead)
+            if len(batch) >= CHUNK:
+                await self.write_redis(batch, dead, live=False)
                 sent += len(batch)
                 batch, dead = [], []
                 await asyncio.sleep(0)  # let live batches and heartbeats through
-        await self.write_redis(batch, dead)
+        await self.write_redis(batch, dead, live=False)
         sent += len(batch)
         self.state.reseeded_sessions += sent
         return sent
@@ -315,6 +467,11 @@ class Publisher(Generic[M]):
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def monotonic() -> float:
+    """The clock that paces the rejected-writes report (a test moves it)."""
+    return time.monotonic()
 
 
 __all__ = [

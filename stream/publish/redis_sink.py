@@ -10,11 +10,16 @@ Two Lua scripts write atomically and only forward (layout in ``publish.layout``)
   exact under redelivery, re-seeds and restarts, never double-counted.
 - a partition's dead-letter count is kept the same way.
 
-Errors are sorted: a connection that fails is transient (the caller retries), anything
-Redis answers with (bad password, WRONGTYPE on a foreign key, a script error) is permanent
-and must stop the worker loudly rather than loop.
+Errors are sorted (``outage_kind``): a connection that fails is transient (the caller
+retries), and so is a server that answers but refuses writes for a while — out of memory
+(``OOM``: ``maxmemory`` reached under ``noeviction``), persistence failing (``MISCONF``),
+loading its dataset (``LOADING``), a replica or a failover (``READONLY``, ``MASTERDOWN``),
+a script running (``BUSY``). Everything else Redis answers with (bad password, WRONGTYPE on
+a foreign key, a script error) is permanent and must stop the worker loudly rather than
+loop.
 """
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -75,25 +80,64 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
 return 1
 """
 
-TRANSIENT = (
-    rx.ConnectionError,
-    rx.TimeoutError,
-    rx.BusyLoadingError,
-    rx.ReadOnlyError,  # a failover in progress: the new primary takes writes soon
-    rx.TryAgainError,
-    rx.ClusterDownError,
-    OSError,
-)
+# Error codes of replies that refuse writes for a while (the server is there, and will
+# take them again), and the kind of outage each one is. redis-py gives some their own
+# class; others (MISCONF, BUSY) arrive as a plain ResponseError with the code in front,
+# or inside a script error ("... -OOM command not allowed ...").
+REFUSALS = {
+    "OOM": "oom",
+    "MISCONF": "misconf",
+    "LOADING": "loading",
+    "READONLY": "readonly",
+    "MASTERDOWN": "masterdown",
+    "BUSY": "busy",
+    "TRYAGAIN": "cluster",
+    "CLUSTERDOWN": "cluster",
+}
+_REFUSAL = re.compile(r"(?:^|: |\s-)(" + "|".join(REFUSALS) + r")\b")
+_PIPELINE = "of pipeline caused error: "  # redis-py's prefix to a pipeline's first error
 
 
 class PermanentRedisError(RuntimeError):
     """Redis refused in a way retrying cannot fix; the message says what to change."""
 
 
-def is_transient(error: BaseException) -> bool:
+def outage_kind(error: BaseException) -> str | None:
+    """The kind of outage an error is ("connection", "timeout", "oom", "misconf",
+    "loading", "readonly", "masterdown", "busy", "cluster"), or None when no retry fixes
+    it (a bad password, WRONGTYPE, a script error, a bug)."""
     if isinstance(error, rx.AuthenticationError | rx.AuthorizationError):
-        return False  # subclasses of ConnectionError/ResponseError, but no retry helps
-    return isinstance(error, TRANSIENT)
+        return None  # subclasses of ConnectionError/ResponseError, but no retry helps
+    if isinstance(error, rx.OutOfMemoryError):
+        return "oom"
+    if isinstance(error, rx.BusyLoadingError):
+        return "loading"
+    if isinstance(error, rx.ReadOnlyError):
+        return "readonly"
+    if isinstance(error, rx.MasterDownError):
+        return "masterdown"
+    if isinstance(error, rx.TryAgainError | rx.ClusterDownError):
+        return "cluster"
+    if isinstance(error, rx.TimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(error, rx.ConnectionError | OSError):
+        return "connection"
+    if isinstance(error, rx.ResponseError):
+        code = getattr(error, "status_code", None)
+        if code in REFUSALS:
+            return REFUSALS[code]
+        # The server's text only: a pipeline's annotation quotes the command, whose
+        # arguments (session ids, payloads) are data and must not decide anything.
+        text = str(error.args[0]) if error.args else ""
+        text = text.rpartition(_PIPELINE)[2].lstrip("('\" ")
+        found = _REFUSAL.search(text)
+        if found:
+            return REFUSALS[found.group(1)]
+    return None
+
+
+def is_transient(error: BaseException) -> bool:
+    return outage_kind(error) is not None
 
 
 @dataclass(frozen=True, slots=True)

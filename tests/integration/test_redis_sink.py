@@ -1,8 +1,11 @@
-"""The Redis sink against a real redis-server: guarded writes, channel, totals, errors."""
+"""The Redis sink against a real redis-server: guarded writes, channel, totals, errors, and
+the publisher through Redis out of memory (queued, retried, drained exactly)."""
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -10,7 +13,11 @@ import pytest
 import redis
 
 from stream.config import Settings
+from stream.ops.metrics import Metrics
+from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import DeadCount, PermanentRedisError, RedisSink, SessionUpdate
+from stream.session.batch import DeadLetter
+from tests.integration.harness import RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +124,112 @@ def test_a_rebuilt_view_of_the_same_seq_wins_and_an_older_build_does_not(redis_u
     assert _write(settings, SessionUpdate("s", 1, 4, (5, 0, 0), rebuilt, 9)) == [1]
     assert _write(settings, SessionUpdate("s", 1, 4, (5, 0, 0), body, 8)) == [0]  # a zombie
     assert _stored(settings)["marker"] == "v9"
+
+
+# --- Redis out of memory: an outage the worker-side publisher queues through ------------------
+
+
+class _NoKafka:
+    """The publisher's Kafka side, unused here: only ``write_redis`` is exercised."""
+
+    def write_row(self, key: bytes, row: bytes, handle: object) -> Awaitable[Any]:
+        raise AssertionError("no Kafka in this test")
+
+    def send_update(
+        self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
+    ) -> Awaitable[Any]:
+        raise AssertionError("no Kafka in this test")
+
+    def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]:
+        raise AssertionError("no Kafka in this test")
+
+
+@pytest.fixture
+def full_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server (the shared one keeps its memory): ``noeviction``, as a
+    cache holding only what the output topic holds should be configured."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        redis.Redis.from_url(server.url).config_set("maxmemory-policy", "noeviction")
+        yield server
+    finally:
+        server.stop()
+
+
+def _fill(client: "redis.Redis") -> int:
+    """Lower maxmemory to just above what is used and fill it: writes are refused (OOM).
+    Then the limit is pinned under what is used: at the very edge, the buffers a refused
+    command frees would let the next write through now and then."""
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used + 1024 * 1024)
+    filler = b"f" * 512
+    for i in range(100_000):
+        try:
+            client.set(f"filler:{i}", filler)
+        except redis.exceptions.OutOfMemoryError:
+            used = int(client.info("memory")["used_memory"])
+            client.config_set("maxmemory", used - 256 * 1024)
+            return i
+    raise AssertionError("maxmemory never reached")
+
+
+def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
+    full_redis: RedisServer,
+) -> None:
+    settings = _settings(full_redis.url)
+    layout = settings.redis_layout
+    client = redis.Redis.from_url(full_redis.url)
+    seen: list[BaseException] = []
+
+    def update(session: str, seq: int, gen: int = 1) -> SessionUpdate:
+        payload = orjson.dumps({"sessionId": session, "seq": seq, "gen": gen})
+        return SessionUpdate(session, gen, seq, (seq + 1, 0, 0), payload)
+
+    async def scenario() -> None:
+        sink = RedisSink(settings)
+        publisher: Publisher[Any] = Publisher(settings, _NoKafka(), sink, on_permanent=seen.append)
+        metrics = Metrics.create(settings)
+        metrics.redis, metrics.recovered = publisher.state, True
+        sessions = [f"s{i:03}" for i in range(100)]
+        await publisher.write_redis([update(s, 0) for s in sessions], [])  # room: written
+        other = RedisSink(replace(settings, generation=2))  # a newer generation, elsewhere
+        assert await other.write([update("s099", 0, gen=2)], now_ms=1) == [1]
+        await other.close()
+        assert _fill(client) > 0
+
+        with pytest.raises(redis.exceptions.OutOfMemoryError):  # transient, not permanent
+            await sink.write([update("s000", 1)], now_ms=1)
+        for seq in (1, 2, 3):  # three batches while Redis is full: queued, coalesced
+            await publisher.write_redis([update(s, seq) for s in sessions], [])
+        await asyncio.sleep(1.0)  # the writer retries meanwhile
+        state = publisher.state
+        assert seen == []  # no permanent error: the worker would have exited
+        assert state.retrying and state.oom and state.reason == "oom"
+        assert "maxmemory" in state.last_error
+        assert state.pending == 100 and state.pending_bytes > 100 * len(update("s000", 3).payload)
+        metrics.refresh_live()
+        sample = metrics.registry.get_sample_value
+        assert sample("stream_redis_oom") == 1 and sample("stream_redis_retrying") == 1
+        assert sample("stream_redis_pending_bytes") == state.pending_bytes
+        assert metrics.not_ready() == ["redis not reachable"]  # /readyz: 503
+        assert client.hget(layout.session_key("s000"), "update") == update("s000", 0).payload
+
+        client.config_set("maxmemory", 0)  # memory raised: writes resume
+        assert await publisher.flush(15.0)
+        assert not state.retrying and not state.oom and state.reason == ""
+        assert state.pending == 0 and state.pending_bytes == 0
+        assert seen == []
+        assert state.rejected == 1  # s099: the newer generation's value stays
+        metrics.refresh_live()
+        assert sample("stream_redis_oom") == 0 and sample("stream_redis_rejected_writes_total") == 1
+        await sink.close()
+
+    asyncio.run(scenario())
+    for i in range(99):
+        stored = client.hgetall(layout.session_key(f"s{i:03}"))
+        assert stored[b"update"] == orjson.dumps({"sessionId": f"s{i:03}", "seq": 3, "gen": 1})
+        assert (stored[b"gen"], stored[b"seq"], stored[b"n"]) == (b"1", b"3", b"4")
+    assert orjson.loads(client.hget(layout.session_key("s099"), "update") or b"")["gen"] == 2
+    # totals: 99 sessions at 4 events and s099 at 1, each counted once
+    assert _stats(settings) == {"folded": 99 * 4 + 1}

@@ -3,23 +3,35 @@
 What real Redis does with the writes (the guarded scripts, totals, re-seeds against a
 live server) is tested in tests/integration; here the sink is a stand-in that can be
 down, refuse, or accept, so the order of duties can be checked step by step: delivery
-before Redis, a transient outage queues (coalesced, newest wins) and drains, a permanent
-error stops loudly, and a re-seed decodes stored rows and skips bad ones.
+before Redis, a transient outage queues (coalesced, newest wins) and drains — Redis out of
+memory or refusing writes included —, the queue is bounded in sessions and bytes and lets
+held batches go at its low-water mark, writes Redis rejects as older are counted, a
+permanent error stops loudly, and a re-seed decodes stored rows and skips bad ones.
 """
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 import pytest
 from redis import exceptions as rx
+from redis._parsers.base import BaseParser
+from redis.asyncio.client import Pipeline
 
 from stream.config import Settings
 from stream.contract import build
+from stream.ops.metrics import Metrics
 from stream.publish import publisher as publisher_module
-from stream.publish.publisher import Backoff, Publisher, update_headers
-from stream.publish.redis_sink import DeadCount, PermanentRedisError, SessionUpdate
+from stream.publish.publisher import Backoff, Publisher, entry_bytes, update_headers
+from stream.publish.redis_sink import (
+    DeadCount,
+    PermanentRedisError,
+    SessionUpdate,
+    is_transient,
+    outage_kind,
+)
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter, Message, fold_batch
 from stream.session.processor import update
@@ -100,7 +112,9 @@ class FakeClient:
 
 class FakeSink:
     """The Redis sink: ``fail`` is raised by every write while set; accepted writes are
-    kept (``writes``) and the newest version per session is what it ``holds``."""
+    kept (``writes``) and the newest version per session is what it ``holds``. ``newer``:
+    versions another writer stored, which the guard keeps (result 0 for anything older).
+    ``gate``: when set, every write takes one permit first (a test paces the drain)."""
 
     def __init__(self, settings: Settings) -> None:
         self.layout = settings.redis_layout
@@ -109,6 +123,8 @@ class FakeSink:
         self.attempts = 0
         self.writes: list[tuple[list[SessionUpdate], list[DeadCount]]] = []
         self.journal: list[str] | None = None
+        self.newer: dict[str, tuple[int, int, int, int]] = {}
+        self.gate: asyncio.Semaphore | None = None
 
     async def write(
         self, updates: Any, dead: Any = (), now_ms: int = 0
@@ -118,10 +134,13 @@ class FakeSink:
         await asyncio.sleep(0)
         if self.fail is not None:
             raise self.fail
+        if self.gate is not None:
+            await self.gate.acquire()
         self.writes.append((updates, dead))
         if self.journal is not None:
             self.journal.append("redis")
-        return [1] * len(updates)
+        newer = self.newer
+        return [0 if u.version < newer.get(u.session_id, u.version) else 1 for u in updates]
 
     @property
     def holds(self) -> dict[str, tuple[int, int, int]]:
@@ -140,6 +159,7 @@ def make(
     outbox: FakeOutbox | None = None,
     on_permanent: Callable[[BaseException], None] | None = None,
     max_pending: int = 500_000,
+    max_pending_bytes: int = 0,
 ) -> tuple[Publisher[int], FakeOutbox, FakeSink]:
     settings = Settings(input_topic=TOPIC)
     outbox = outbox or FakeOutbox()
@@ -149,6 +169,7 @@ def make(
         outbox,
         sink,  # type: ignore[arg-type]
         max_pending=max_pending,
+        max_pending_bytes=max_pending_bytes,
         on_permanent=on_permanent,
     )
     return publisher, outbox, sink
@@ -377,6 +398,380 @@ def test_a_permanent_error_while_draining_stops_the_drain() -> None:
 
     assert run(scenario()) is False
     assert len(seen) == 1 and isinstance(seen[0], rx.ResponseError)
+
+
+# --- Redis refusing writes for a while (OOM, MISCONF, ...) is an outage, not an error ------------
+
+OOM_REPLY = "OOM command not allowed when used memory > 'maxmemory'."
+MISCONF_REPLY = (
+    "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist"
+    " to disk. Commands that may modify the data set are disabled"
+)
+WRONGTYPE_REPLY = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+def reply(text: str) -> rx.RedisError:
+    """The exception redis-py raises for an error reply (its own parser)."""
+    error: rx.RedisError = BaseParser.parse_error(text)  # type: ignore[no-untyped-call]
+    return error
+
+
+def in_pipeline(error: rx.RedisError, *args: object) -> rx.RedisError:
+    """The same error as a pipeline raises it: redis-py quotes the command in front."""
+    Pipeline.annotate_exception(cast(Any, None), error, 1, ("EVALSHA", "f00", 4, *args))
+    return error
+
+
+@pytest.mark.parametrize(
+    ("make_error", "kind"),
+    [
+        (lambda: reply(OOM_REPLY), "oom"),
+        (lambda: in_pipeline(reply(OOM_REPLY + " script: f00, on @user_script:22."), "s"), "oom"),
+        (lambda: reply(MISCONF_REPLY), "misconf"),
+        (lambda: in_pipeline(reply(MISCONF_REPLY), "ctx:session:s"), "misconf"),
+        (
+            lambda: reply("ERR Error running script (call to f_00): @user_script:22: " + OOM_REPLY),
+            "oom",
+        ),
+        (lambda: reply("ERR Error running script: @user_script: 22: -" + OOM_REPLY), "oom"),
+        (lambda: reply("LOADING Redis is loading the dataset in memory"), "loading"),
+        (
+            lambda: reply(
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
+            ),
+            "masterdown",
+        ),
+        (lambda: reply("READONLY You can't write against a read only replica."), "readonly"),
+        (
+            lambda: reply("BUSY Redis is busy running a script. You can only call SCRIPT KILL"),
+            "busy",
+        ),
+        (lambda: reply("CLUSTERDOWN The cluster is down"), "cluster"),
+        (lambda: rx.ConnectionError("Error 111 connecting to 127.0.0.1:6379"), "connection"),
+        (lambda: ConnectionResetError("reset by peer"), "connection"),
+        (lambda: rx.TimeoutError("Timeout reading from socket"), "timeout"),
+        (lambda: TimeoutError(), "timeout"),
+    ],
+    ids=[
+        "oom",
+        "oom-in-a-script-in-a-pipeline",
+        "misconf",
+        "misconf-in-a-pipeline",
+        "oom-inside-a-script-error",
+        "oom-inside-a-script-error-dash",
+        "loading",
+        "masterdown",
+        "readonly",
+        "busy",
+        "clusterdown",
+        "connection",
+        "os-error",
+        "redis-timeout",
+        "timeout",
+    ],
+)
+def test_refusals_that_end_by_themselves_are_transient(
+    make_error: Callable[[], BaseException], kind: str
+) -> None:
+    error = make_error()
+    assert outage_kind(error) == kind
+    assert is_transient(error)
+
+
+@pytest.mark.parametrize(
+    "make_error",
+    [
+        lambda: reply(WRONGTYPE_REPLY),
+        # a payload or session id that quotes a refusal is data, not the server's answer
+        lambda: in_pipeline(reply(WRONGTYPE_REPLY), "s", b'{"text": "OOM command not allowed"}'),
+        lambda: in_pipeline(reply(WRONGTYPE_REPLY), "MISCONF of pipeline caused error: BUSY"),
+        lambda: reply("WRONGPASS invalid username-password pair or user is disabled."),
+        lambda: reply("NOAUTH Authentication required."),
+        lambda: reply("NOPERM this user has no permissions to run the 'evalsha' command"),
+        lambda: reply(
+            "ERR Error running script (call to f_00): @user_script:3: attempt to compare nil"
+        ),
+        lambda: reply("NOSCRIPT No matching script. Please use EVAL."),  # redis-py's to handle
+        lambda: rx.AuthenticationError("invalid password"),
+        lambda: ValueError("a bug, not an outage"),
+    ],
+    ids=[
+        "wrongtype",
+        "wrongtype-quoting-oom",
+        "wrongtype-quoting-codes",
+        "wrongpass",
+        "noauth",
+        "noperm",
+        "script-error",
+        "noscript",
+        "auth",
+        "bug",
+    ],
+)
+def test_refusals_no_retry_fixes_are_permanent(make_error: Callable[[], BaseException]) -> None:
+    error = make_error()
+    assert outage_kind(error) is None
+    assert not is_transient(error)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [(OOM_REPLY, "oom"), (MISCONF_REPLY, "misconf"), ("LOADING loading the dataset", "loading")],
+    ids=["oom", "misconf", "loading"],
+)
+def test_redis_refusing_writes_queues_and_retries_until_it_accepts(
+    text: str, kind: str, quick_backoff: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[BaseException] = []
+    publisher, _, sink = make(on_permanent=seen.append)
+    caplog.set_level(logging.WARNING, logger="stream.publish")
+
+    async def scenario() -> None:
+        sink.fail = in_pipeline(reply(text), "ctx:session:a")
+        await publisher.publish(batch(("a", 2), ("b", 1)))  # returns: nothing raised
+        await publisher.write_redis([su("c", 0)], [])  # queued behind
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if sink.attempts >= 6:
+                break
+        state = publisher.state
+        assert sink.attempts >= 6  # the writer keeps retrying, backing off
+        assert state.retrying and state.reason == kind and state.oom == (kind == "oom")
+        assert state.pending == 3 and set(publisher._pending) == {"a", "b", "c"}
+        assert text.split(" ", 1)[1][:20] in state.last_error
+        sink.fail = None  # memory freed / persistence fixed / loaded
+        assert await publisher.flush(5.0)
+        assert not state.retrying and state.reason == "" and not state.oom
+        assert state.pending == 0 and state.pending_bytes == 0
+        assert text.split(" ", 1)[1][:20] in state.last_error  # the last reason stays
+
+    run(scenario())
+    assert seen == []  # never a permanent error: no worker exits
+    assert quick_backoff[:3] == [0.1, 0.2, 0.4]
+    assert sink.holds == {"a": (1, 1, 2), "b": (1, 0, 1), "c": (1, 0, 1)}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once per outage, however many retries, with the reason
+    assert text.split(" ", 1)[1][:20] in warnings[0]
+
+
+def test_an_outage_that_turns_into_oom_is_logged_again_and_labelled_oom(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    publisher, _, sink = make()
+    caplog.set_level(logging.WARNING, logger="stream.publish")
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("connection refused")
+        await publisher.write_redis([su("a", 0)], [])
+        await asyncio.sleep(0.01)
+        assert publisher.state.reason == "connection" and not publisher.state.oom
+        sink.fail = reply(OOM_REPLY)  # back, but full
+        for _ in range(100):
+            await asyncio.sleep(0.001)
+            if publisher.state.oom:
+                break
+        assert publisher.state.oom and publisher.state.retrying
+        sink.fail = None
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "unreachable" in warnings[0] and "out of memory" in warnings[1]
+
+
+# --- the queue's bounds: sessions and bytes, released at the low-water mark -----------------------
+
+
+def queued_bytes(publisher: Publisher[int]) -> int:
+    return sum(entry_bytes(u) for u in publisher._pending.values())
+
+
+def test_queued_bytes_are_kept_as_entries_come_replace_and_go() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([su("a", 0), su("b", 0)], [])
+        assert publisher.state.pending_bytes == queued_bytes(publisher) > 0
+        big = SessionUpdate("a", 1, 1, (2, 0, 0), b"x" * 5000)
+        await publisher.write_redis([big], [])  # replaces a's entry: the difference counts
+        assert publisher.state.pending_bytes == queued_bytes(publisher)
+        assert publisher.state.pending_bytes == entry_bytes(big) + entry_bytes(su("b", 0))
+        await publisher.write_redis([su("a", 0)], [])  # older: not queued, nothing moves
+        assert publisher.state.pending_bytes == entry_bytes(big) + entry_bytes(su("b", 0))
+        sink.fail = None
+        assert await publisher.flush(5.0)
+        assert publisher.state.pending_bytes == 0 == publisher._bytes
+
+    run(scenario())
+
+
+def test_the_byte_bound_holds_batches_and_lets_them_go_at_low_water(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(publisher_module, "CHUNK", 2)  # the drain writes two per round trip
+    cost = entry_bytes(su("s00", 0))
+    publisher, _, sink = make(max_pending_bytes=10 * cost)  # sessions: far from their bound
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([su("s00", 0)], [])  # the outage starts: queued
+        first = asyncio.ensure_future(
+            publisher.write_redis([su(f"s{i:02}", 0) for i in range(1, 10)], [])
+        )
+        await asyncio.sleep(0.01)
+        assert first.done()  # ten entries: at the bound, not past it
+        held = asyncio.ensure_future(publisher.write_redis([su("s10", 0)], []))
+        await asyncio.sleep(0.01)
+        assert not held.done() and publisher.state.pending_bytes == 11 * cost  # past it
+        sink.gate = asyncio.Semaphore(0)
+        sink.fail = None  # Redis is back; each write waits for a permit
+        later = asyncio.ensure_future(publisher.write_redis([su("s11", 0)], []))
+        await asyncio.sleep(0.01)
+        assert not later.done()  # under the bound again but not at low water: held too
+        seen = []
+        while not held.done():
+            sink.gate.release()
+            await asyncio.sleep(0.01)
+            seen.append(publisher.state.pending)
+            assert publisher.state.pending_bytes == queued_bytes(publisher)
+            assert len(seen) < 10
+        assert later.done()
+        # twelve queued, two per write: let go at half the byte bound, not when empty
+        assert seen == [10, 8, 6, 4]
+        assert publisher.state.pending_bytes == 4 * cost <= publisher.max_pending_bytes // 2
+        assert not publisher._drained.is_set()
+        for _ in range(2):
+            sink.gate.release()
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    assert set(sink.holds) == {f"s{i:02}" for i in range(12)}
+
+
+def test_the_session_bound_lets_batches_go_at_half_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(publisher_module, "CHUNK", 1)
+    publisher, _, sink = make(max_pending=4)
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.write_redis([su("a", 0)], [])
+        held = asyncio.ensure_future(publisher.write_redis([su(s, 0) for s in "bcde"], []))
+        await asyncio.sleep(0.01)
+        assert not held.done()  # five sessions: past four
+        sink.gate = asyncio.Semaphore(0)
+        sink.fail = None
+        for left in (4, 3):
+            sink.gate.release()
+            await asyncio.sleep(0.01)
+            assert publisher.state.pending == left and not held.done()
+        sink.gate.release()
+        await asyncio.sleep(0.01)
+        assert publisher.state.pending == 2 and held.done()  # half of four
+        sink.gate.release()
+        sink.gate.release()
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+
+
+# --- writes Redis rejects as older are counted --------------------------------------------------
+
+
+def rejections(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "holds newer versions" in r.getMessage()]
+
+
+def test_rejected_direct_writes_are_counted_and_reported_at_most_every_10_s(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(publisher_module, "monotonic", lambda: clock[0])
+    caplog.set_level(logging.WARNING, logger="stream.publish")
+    publisher, _, sink = make()
+    sink.newer = {"a": (2, 0, 0, 0), "b": (2, 0, 0, 0)}  # a newer generation wrote them
+    sink.client.hashes["ctx:session:a"] = {"gen": "2", "seq": "0", "n": "1", "v": "0"}
+
+    async def scenario() -> None:
+        await publisher.write_redis([su("a", 3), su("c", 1)], [])
+        assert publisher.state.rejected == 1
+        clock[0] += 5
+        await publisher.write_redis([su("a", 4), su("b", 4)], [])
+        assert publisher.state.rejected == 3
+        clock[0] += 5
+        await publisher.write_redis([su("b", 5)], [])
+        assert publisher.state.rejected == 4
+
+    run(scenario())
+    lines = rejections(caplog)
+    assert len(lines) == 2  # the first at once, the next 10 s later
+    assert "1 session writes since the last report (1 in all)" in lines[0]
+    assert "session a: (gen, seq, n, v) (1, 3, 1, 0), stored (2, 0, 1, 0)" in lines[0]
+    assert "3 session writes since the last report (4 in all)" in lines[1]
+    assert "session b: (gen, seq, n, v) (1, 5, 1, 0)" in lines[1]
+
+
+def test_rejected_writes_of_the_drained_queue_are_counted() -> None:
+    publisher, _, sink = make()
+
+    async def scenario() -> None:
+        sink.fail = rx.ConnectionError("down")
+        await publisher.publish(batch(("a", 1), ("b", 1)))
+        await publisher.write_redis([su("c", 0)], [])
+        sink.newer = {"a": (2, 0, 0, 0), "c": (1, 5, 0, 0)}  # meanwhile written by others
+        sink.fail = None
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    assert publisher.state.rejected == 2
+
+
+def test_a_reseed_overtaken_by_live_updates_is_not_counted_as_rejected() -> None:
+    publisher, _, sink = make()
+    rows = stored_rows(batch(("a", 1), ("b", 1)))
+    sink.newer = {"a": (1, 5, 0, 0), "b": (1, 5, 0, 0)}  # live batches wrote newer meanwhile
+
+    async def scenario() -> None:
+        await publisher.reseed(rows, 0)  # written at once
+        sink.fail = rx.ConnectionError("down")
+        await publisher.reseed(rows, 0)  # queued, then drained
+        await publisher.write_redis([su("c", 0)], [])  # a live update queued beside them
+        sink.newer["c"] = (1, 1, 0, 0)
+        sink.fail = None
+        assert await publisher.flush(5.0)
+
+    run(scenario())
+    assert publisher.state.rejected == 1  # c only
+
+
+def test_metrics_show_pending_bytes_oom_and_rejected_writes() -> None:
+    publisher, _, sink = make()
+    metrics = Metrics.create(publisher.settings)
+    metrics.redis = publisher.state
+
+    def sample(name: str) -> float | None:
+        metrics.refresh_live()
+        return metrics.registry.get_sample_value(name)
+
+    async def scenario() -> None:
+        assert sample("stream_redis_rejected_writes_total") == 0
+        sink.newer = {"a": (2, 0, 0, 0)}
+        await publisher.write_redis([su("a", 1), su("a", 2)], [])
+        assert sample("stream_redis_rejected_writes_total") == 2
+        assert sample("stream_redis_rejected_writes_total") == 2  # a scrape adds nothing
+        sink.fail = reply(OOM_REPLY)
+        await publisher.write_redis([su("a", 3)], [])
+        await publisher.write_redis([su("b", 3)], [])
+        assert sample("stream_redis_oom") == 1 and sample("stream_redis_retrying") == 1
+        assert sample("stream_redis_pending_bytes") == queued_bytes(publisher) > 0
+        assert sample("stream_redis_pending_sessions") == 2
+        sink.fail = None
+        assert await publisher.flush(5.0)
+        assert sample("stream_redis_oom") == 0 and sample("stream_redis_pending_bytes") == 0
+        assert sample("stream_redis_rejected_writes_total") == 3  # a's queued write too
+
+    run(scenario())
 
 
 # --- re-seed ------------------------------------------------------------------------------------
