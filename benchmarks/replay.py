@@ -78,8 +78,8 @@ def _run(args: argparse.Namespace, work: Path, infra: Infra) -> None:
         mode = ["--to-earliest", "--wait", "30"] + (["--rebuild"] if args.rebuild else [])
         print(f"\n$ stream replay {' '.join(mode)} --dry-run")
         print(_stream(env, "replay", *mode, "--dry-run").rstrip())
-        print(f"\n$ stream replay {' '.join(mode)}")
-        print(_stream(env, "replay", *mode).rstrip())
+        print(f"\n$ stream replay {' '.join(mode)} --yes")
+        print(_stream(env, "replay", *mode, "--yes").rstrip())
         backlog = read_lag(settings).lag
 
         began = time.monotonic()

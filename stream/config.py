@@ -5,6 +5,7 @@ their settings from here, so a variable means the same thing everywhere.
 """
 
 import os
+import re
 import socket
 import ssl
 from collections.abc import Mapping
@@ -160,9 +161,10 @@ class Settings:
     @property
     def redis_url_redacted(self) -> str:
         """``REDIS_URL`` fit for logs: any password replaced by ``***``."""
-        head, sep, tail = self.redis_url.rpartition("@")  # a raw '@' may be in the password
+        url = re.sub(r"([?&]password=)[^&#]*", r"\1***", self.redis_url)  # redis-py takes it too
+        head, sep, tail = url.rpartition("@")  # a raw '@' may be in the password
         if not sep:
-            return self.redis_url
+            return url
         scheme, _, credentials = head.partition("://")
         user = credentials.split(":", 1)[0]
         return f"{scheme}://{user}:***@{tail}" if ":" in credentials else f"{scheme}://***@{tail}"

@@ -5,11 +5,16 @@ table state, and watch the group work through what it has to read.
 stopped): it prints the plan, then commits the new offsets; with ``--rebuild`` it also
 writes the next generation and state epoch to the control topic and truncates the table's
 changelog, so every worker drops its local state at start and refolds from the offsets.
+``--rebuild`` and ``--to-latest`` discard what cannot be had back (the table state, the
+records not yet read), so they ask for ``--yes`` (``--dry-run`` needs none), and the group
+is looked at again right before the offsets are committed and before the changelog is
+truncated: a worker that started since the plan stops the run there.
 """
 
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,7 +42,7 @@ from stream.ops.control import (
     truncate_changelog,
     write_control,
 )
-from stream.ops.lag import LagReport, read_lag
+from stream.ops.lag import LagReport, Stalls, behind, caught_up_status, read_lag, unreachable
 from stream.ops.offsets import (
     AtOffsets,
     AtTime,
@@ -51,6 +56,7 @@ from stream.ops.offsets import (
     Target,
     apply_reset,
     describe_group,
+    ensure_no_members,
     offsets_for_time,
     plan_reset,
     snapshot,
@@ -108,6 +114,12 @@ def register(commands: Any) -> None:
     )
     replay.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     replay.add_argument(
+        "--yes",
+        action="store_true",
+        help="confirm --rebuild or --to-latest (they discard the table state / skip records);"
+        " look first with --dry-run",
+    )
+    replay.add_argument(
         "--wait",
         type=float,
         default=0.0,
@@ -125,9 +137,23 @@ def register(commands: Any) -> None:
     )
     lag.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
     lag.add_argument(
-        "--until-caught-up", action="store_true", help="with --watch: stop once the lag is 0"
+        "--until-caught-up",
+        action="store_true",
+        help="watch until the lag is 0 (exit 0); with --seconds, exit 1 if it is not by then",
     )
-    lag.add_argument("--seconds", type=float, help="with --watch: stop after this long")
+    lag.add_argument(
+        "--seconds",
+        type=float,
+        help="with --watch: stop after this long (with --until-caught-up: the time limit)",
+    )
+    lag.add_argument(
+        "--stall-after",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --watch: flag a partition 'stalled' when records wait and its committed"
+        " offset has not moved for this long (default 60)",
+    )
     lag.add_argument("--json", action="store_true", help="JSON (one object per refresh)")
     lag.set_defaults(run=run_lag)
 
@@ -198,6 +224,26 @@ def _target(args: argparse.Namespace) -> Target | None:
 
 
 # -- stream replay -------------------------------------------------------------------------
+
+
+def unconfirmed(args: argparse.Namespace) -> str | None:
+    """Why this run needs ``--yes`` and lacks it (``None``: it may go ahead).
+
+    ``--rebuild`` discards the table state and ``--to-latest`` skips every record not yet
+    read: neither can be undone by another replay, so both are confirmed explicitly."""
+    if args.dry_run or args.yes:
+        return None
+    what = []
+    if args.rebuild:
+        what.append("--rebuild discards the table state (every session is folded afresh)")
+    if args.to_latest:
+        what.append("--to-latest skips every record the group has not read yet")
+    if not what:
+        return None
+    return (
+        f"refusing without --yes: {'; '.join(what)}. Look at the plan with --dry-run,"
+        " then run the same command with --yes"
+    )
 
 
 def _wait_for_empty(
@@ -327,9 +373,34 @@ def _plan(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> R
     return Replay(state, plan)
 
 
+def _no_broker(command: str, settings: Settings) -> bool:
+    """Say so at once when no bootstrap server answers (rather than after the AdminClient's
+    20 s timeout): the usual cause is a shell without the workers' settings."""
+    why = unreachable(settings.bootstrap_servers)
+    if why is None:
+        return False
+    print(
+        f"stream {command}: cannot reach Kafka at {settings.bootstrap_servers}"
+        f" (KAFKA_BOOTSTRAP_SERVERS): {why}. Run it with the workers' settings"
+        " (KAFKA_*, STREAM_APP_ID, STREAM_INPUT_TOPIC; `make demo` prints its own)",
+        file=sys.stderr,
+    )
+    return True
+
+
+class Aborted(RuntimeError):
+    """A member joined the group after the plan: stopped before a write."""
+
+
 def run_replay(args: argparse.Namespace) -> int:
+    refusal = unconfirmed(args)
+    if refusal is not None:
+        print(f"stream replay: {refusal}", file=sys.stderr)
+        return 2
     settings = _settings()
     out = stdout_console()
+    if _no_broker("replay", settings):
+        return 1
     admin = admin_client(settings)
     try:
         replay = _plan(args, settings, admin)
@@ -379,6 +450,9 @@ def run_replay(args: argparse.Namespace) -> int:
         return 0
     try:
         _apply(settings, admin, replay)
+    except Aborted as error:
+        print(f"stream replay: aborted: {error}", file=sys.stderr)
+        return 1
     except BROKER_ERRORS as error:
         print(f"stream replay: failed, run it again to finish: {error}", file=sys.stderr)
         return 1
@@ -399,20 +473,47 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _still_empty(settings: Settings, admin: AdminClient, before: str, done: str) -> None:
+    """The group once more, right before a write: a worker may have started since the plan
+    (or during ``--wait``). Raises ``Aborted`` naming the members, what was already done
+    and how to finish."""
+    try:
+        ensure_no_members(admin, settings.app_id, settings.input_topic)
+    except GroupBusy as busy:
+        raise Aborted(
+            f"a member joined group {busy.group.group} after the plan; stopped {before}"
+            f" ({done}): {'; '.join(map(str, busy.group.members))}."
+            " Stop the workers and run the same command again"
+        ) from None
+
+
 def _apply(settings: Settings, admin: AdminClient, replay: Replay) -> None:
     """Offsets first: the broker refuses them if a worker joined since we looked, before
     anything is discarded. Then the control record, then the changelog: were it truncated
-    first and the record lost, a rerun would see an empty changelog and skip the epoch."""
+    first and the record lost, a rerun would see an empty changelog and skip the epoch.
+
+    The group is looked at again just before the offsets are committed and just before the
+    changelog is truncated, so a worker that started meanwhile stops the run with a clear
+    message (the broker's own refusal covers only the commit)."""
     rebuild = replay.rebuild if replay.rebuild and replay.rebuild.next else None
     steps = 2 + (len(rebuild.changelog) if rebuild else 0)
     with progress("replay", total=steps, unit="steps", transient=True) as bar:
-        if replay.plan is not None:
+        if replay.plan is not None:  # a generation bump alone may go ahead with workers
+            _still_empty(settings, admin, "before moving the offsets", "nothing changed")
             apply_reset(admin, replay.plan)
         bar.advance()
         record = rebuild.next if rebuild else replay.generation
         if record is not None:
             write_control(settings, record)
         bar.advance()
+        if rebuild and any(p.records for p in rebuild.changelog):
+            _still_empty(
+                settings,
+                admin,
+                "before truncating the changelog",
+                "the offsets were moved and the control record written; a rerun finishes"
+                " the rebuild one generation further",
+            )
         if rebuild:
             truncate_changelog(settings, admin, rebuild.changelog, on_done=lambda _: bar.advance())
 
@@ -420,7 +521,9 @@ def _apply(settings: Settings, admin: AdminClient, replay: Replay) -> None:
 # -- stream lag ---------------------------------------------------------------------------
 
 
-def lag_table(report: LagReport) -> Table:
+def lag_table(report: LagReport, stalled: Mapping[int, float] | None = None) -> Table:
+    """The lag per partition from the group's committed offsets; with ``stalled`` (watch
+    mode) a ``progress`` column flags the partitions whose commits do not move."""
     owner = {p: m for m in report.state.members for p in m.partitions}
     table = Table(
         title=f"group {report.group} ({report.state.state.lower()}) on {report.topic}",
@@ -432,15 +535,24 @@ def lag_table(report: LagReport) -> Table:
     table.add_column("end", f"{report.end:,}", justify="right")
     table.add_column("lag", f"{report.lag:,}", justify="right")
     table.add_column("member")
+    if stalled is not None:
+        table.add_column("progress", f"{len(stalled)} stalled" if stalled else "")
     for p in report.partitions:
         member = owner.get(p.partition)
-        table.add_row(
+        cells: list[RenderableType] = [
             str(p.partition),
             _number(p.committed),
             _number(p.high),
             _number(p.lag),
-            f"{member.client_id}@{member.host.lstrip('/')}" if member else "",
-        )
+            # Text: a client id or host is never read as rich markup.
+            Text(f"{member.client_id}@{member.host.lstrip('/')}" if member else ""),
+        ]
+        if stalled is not None:
+            seconds = stalled.get(p.partition)
+            cells.append(
+                Text("") if seconds is None else Text(f"stalled {duration(seconds)}", style="red")
+            )
+        table.add_row(*cells)
     return table
 
 
@@ -452,16 +564,22 @@ def members_table(state: GroupState) -> Table | str:
         table.add_column(name)
     for m in state.members:
         table.add_row(
-            m.client_id, m.host.lstrip("/"), ",".join(map(str, m.partitions)), m.member_id
+            *map(Text, (m.client_id, m.host.lstrip("/"), ",".join(map(str, m.partitions)))),
+            Text(m.member_id),
         )
     return table
 
 
 def run_lag(args: argparse.Namespace) -> int:
+    if args.interval <= 0 or args.stall_after <= 0:
+        print("stream lag: --interval and --stall-after must be > 0", file=sys.stderr)
+        return 2
     settings = _settings()
+    if _no_broker("lag", settings):
+        return 1
     admin = admin_client(settings)
     try:
-        if args.watch:
+        if args.watch or args.until_caught_up:
             return _watch(args, settings, admin)
         report = read_lag(settings, admin)
         control = read_control(settings)
@@ -492,11 +610,12 @@ def run_lag(args: argparse.Namespace) -> int:
 
 
 class CatchUp:
-    """Read rate, arrival rate and ETA from successive lag reports."""
+    """Read rate, arrival rate, ETA and stalled partitions from successive lag reports."""
 
-    def __init__(self, first: LagReport, window: float) -> None:
+    def __init__(self, first: LagReport, window: float, stall_after: float = 60.0) -> None:
         self.first = first
         self.reads, self.arrivals = Rate(window), Rate(window)
+        self.stalls = Stalls(stall_after)
         self.peak = 0.0
         self.observe(first)
 
@@ -504,7 +623,12 @@ class CatchUp:
         self.last = report
         self.reads.add(report.taken_at, report.position)
         self.arrivals.add(report.taken_at, report.end)
+        self.stalls.observe(report)
         self.peak = max(self.peak, self.reads.per_second or 0.0)
+
+    @property
+    def stalled(self) -> dict[int, float]:
+        return self.stalls.stalled()
 
     @property
     def read(self) -> int:
@@ -518,12 +642,13 @@ class CatchUp:
         return eta(self.last.lag, net)
 
     def line(self) -> str:
-        rate = self.reads.per_second
+        rate, stalled = self.reads.per_second, self.stalled
         return (
             f"lag {self.last.lag:,}  read {self.read:,}"
             f"  at {0 if rate is None else rate:,.0f} records/s"
             f" (arriving {self.arrivals.per_second or 0:,.0f}/s)"
             f"  ETA {duration(self.eta)}  members {len(self.last.state.members)}"
+            + (f"  stalled {','.join(map(str, sorted(stalled)))}" if stalled else "")
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -532,12 +657,17 @@ class CatchUp:
             "rate": self.reads.per_second,
             "arrivalRate": self.arrivals.per_second,
             "etaSeconds": self.eta,
+            "stalled": [
+                {"partition": p, "seconds": round(s, 1)} for p, s in sorted(self.stalled.items())
+            ],
         }
 
 
 def _watch(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> int:
     started = time.monotonic()
-    catch_up = CatchUp(read_lag(settings, admin), window=max(10.0, 5 * args.interval))
+    catch_up = CatchUp(
+        read_lag(settings, admin), window=max(10.0, 5 * args.interval), stall_after=args.stall_after
+    )
 
     def finished() -> bool:
         if args.until_caught_up and catch_up.last.lag == 0:
@@ -552,7 +682,7 @@ def _watch(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> 
     if interactive(err) and not args.json:
 
         def board() -> RenderableType:
-            return Group(lag_table(catch_up.last), Text(catch_up.line()))
+            return Group(lag_table(catch_up.last, catch_up.stalled), Text(catch_up.line()))
 
         total = catch_up.first.lag
         with progress("catching up", total=total, unit="records", above=board) as bar:
@@ -576,4 +706,14 @@ def _watch(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> 
         f" lag {catch_up.last.lag:,}"
     )
     print(summary, file=sys.stderr if args.json else sys.stdout, flush=True)
-    return 0
+    if not args.until_caught_up:
+        return 0
+    status = caught_up_status(catch_up.last)
+    if status:
+        print(
+            f"stream lag: not caught up after {elapsed:.1f} s: lag {catch_up.last.lag:,}",
+            file=sys.stderr,
+        )
+        for line in behind(catch_up.last, catch_up.stalled):
+            print(f"  {line}", file=sys.stderr)
+    return status

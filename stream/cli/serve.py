@@ -71,6 +71,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def listening_line(settings: Settings, host: str, port: int) -> str:
+    """What ``stream serve`` prints once listening (``make demo`` reads the URL from it).
+
+    Redis shows as ``REDIS_URL`` with any password replaced by ``***``: the line lands in
+    terminals and log files."""
+    shown = f"[{host}]" if ":" in host else host
+    return (
+        f"stream serve: http://{shown}:{port}/ (Redis {settings.redis_url_redacted},"
+        f" prefix {settings.redis_key_prefix!r})"
+    )
+
+
 async def _serve(settings: Settings, bind: str, port: int, heartbeat: float, size: int) -> None:
     from aiohttp import web
 
@@ -91,13 +103,7 @@ async def _serve(settings: Settings, bind: str, port: int, heartbeat: float, siz
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         host, actual = runner.addresses[0][:2]
-        shown = f"[{host}]" if ":" in host else host
-        print(
-            f"stream serve: http://{shown}:{actual}/ (Redis {settings.redis_url},"
-            f" prefix {settings.redis_key_prefix!r})",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(listening_line(settings, host, actual), file=sys.stderr, flush=True)
         await stop.wait()
     finally:
         await runner.cleanup()

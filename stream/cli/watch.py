@@ -10,10 +10,17 @@
 
 Drawing is a pure function of the update (``render_meter``, ``render_sessions``); this
 module only moves updates from Redis to the screen.
+
+Everything an update (or the command line) brings is untrusted text: it is drawn as rich
+``Text`` (never parsed as markup, so a session id such as ``x[/]`` is just text) and passed
+through ``printable`` first, which writes control characters as visible escapes, so an id
+holding an ESC sequence, a newline or ``\x00`` cannot move the cursor, recolour or clear
+the terminal, or break the layout.
 """
 
 import argparse
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +48,16 @@ SEGMENT_STYLE: Final = {
 FAULT_STYLE: Final = "bold white on red"
 BAR_WIDTH: Final = 56
 
+# C0 controls, DEL, C1 controls (U+009B is a one-byte CSI for some terminals), line and
+# paragraph separators, the bidirectional overrides and isolates (they reorder what
+# follows them), and lone surrogates (they cannot be encoded for the terminal).
+_UNSAFE_IN_JSON: Final = "\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROL: Final = re.compile(f"[\x00-\x1f{_UNSAFE_IN_JSON}\ud800-\udfff]")
+_NAMED: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# The ones JSON may hold raw (only inside strings: C0 controls never appear raw in valid
+# JSON, and a parsed payload holds no lone surrogate): a JSON escape is the same string.
+_JSON_RAW: Final = re.compile(f"[{_UNSAFE_IN_JSON}]")
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -61,6 +78,27 @@ def register(commands: Any) -> None:
 
 
 # -- rendering (pure) --------------------------------------------------------------------
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: object) -> str:
+    """``text`` fit for a terminal: every control character (C0, DEL, C1, line separators,
+    bidirectional overrides, lone surrogates) written as a visible escape (``\\x1b``,
+    ``\\n``, ``\\u202e``), so it shows what is there instead of acting on the terminal."""
+    return _CONTROL.sub(_escape, str(text))
+
+
+def json_line(payload: str) -> str:
+    """A JSON text with the characters ``printable`` escapes, and that JSON may hold raw,
+    written as JSON escapes (``\\u009b``): the same JSON value, safe on a terminal."""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", payload)
+
+
 def _n(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 
@@ -113,7 +151,8 @@ def _subline(model: Meter) -> Text:
 def _faults(model: Meter) -> list[Text]:
     return [
         Text(
-            f" ⚠ FAULT {fault.projection} at seq {_n(fault.seq)}: {fault.error} ",
+            f" ⚠ FAULT {printable(fault.projection)} at seq {_n(fault.seq)}:"
+            f" {printable(fault.error)} ",
             style=FAULT_STYLE,
         )
         for fault in model.faults
@@ -148,16 +187,16 @@ def render_meter(update: Mapping[str, Any], width: int = BAR_WIDTH) -> Panel:
     faulted = bool(model.faults)
     return Panel(
         Group(*parts),
-        title=f"[bold]{model.session_id}[/]  seq {_n(model.seq)}",
+        title=Text.assemble((printable(model.session_id), "bold"), f"  seq {_n(model.seq)}"),
         title_align="left",
         border_style="red" if faulted else LEVEL_STYLE[model.level].removeprefix("bold "),
         expand=False,
-        subtitle="[bold red]FAULTED[/]" if faulted else None,
+        subtitle=Text("FAULTED", style="bold red") if faulted else None,
     )
 
 
 def render_waiting(session_id: str) -> Panel:
-    return Panel(Text(f"waiting for the first update of {session_id} …", style="dim"))
+    return Panel(Text(f"waiting for the first update of {printable(session_id)} …", style="dim"))
 
 
 def _ago(updated_ms: int | None, now_ms: int) -> str:
@@ -185,17 +224,17 @@ def render_sessions(rows: Sequence[tuple[Mapping[str, Any], int | None]], now_ms
         model = meter(update)
         style = LEVEL_STYLE[model.level]
         faults = (
-            Text(", ".join(f.projection for f in model.faults), style=FAULT_STYLE)
+            Text(", ".join(printable(f.projection) for f in model.faults), style=FAULT_STYLE)
             if model.faults
             else Text("")
         )
         table.add_row(
             Text(ring_glyph(model.percent), style=style),
-            model.session_id,
+            Text(printable(model.session_id)),  # Text: never read as markup
             Text(percent_text(model.percent), style=style),
-            f"{_used(model.used)} / {_n(model.capacity)}",
-            _n(model.seq),
-            _ago(updated_ms, now_ms),
+            Text(f"{_used(model.used)} / {_n(model.capacity)}"),
+            Text(_n(model.seq)),
+            Text(_ago(updated_ms, now_ms)),
             faults,
         )
     if not rows:
@@ -204,26 +243,27 @@ def render_sessions(rows: Sequence[tuple[Mapping[str, Any], int | None]], now_ms
 
 
 def describe(update: Mapping[str, Any]) -> str:
-    """One human line for an update: occupancy first, then composition and usage."""
-    pressure = update.get("contextPressure", {})
-    breakdown = update.get("contextBreakdown", {})
-    usage = update.get("tokenUsage", {})
-    projected, window = pressure.get("projectedTokens"), pressure.get("contextWindow")
+    """One human line for an update: occupancy first, then composition and usage.
+
+    Read through the meter model, so a malformed update prints (``—``, ``0``) instead of
+    raising, and every text it brings goes through ``printable``."""
+    model = meter(update)
+    projected, window = model.used, model.capacity
     if projected is not None and window:
         occupancy = f"{projected:>9,}/{window:,} ({100 * projected / window:4.1f}%)"
     elif projected is not None:
         occupancy = f"{projected:>9,}/?"
     else:
         occupancy = "no sample yet"
+    sys_, tools, msgs = (row.tokens for row in model.rows)
+    uncached, output, read, write = (tokens for _, tokens in model.usage)
     line = (
-        f"{update.get('sessionId')} seq {update.get('seq')}  ctx {occupancy}"
-        f"  ~sys {breakdown.get('systemTokens', 0):,} ~tools {breakdown.get('toolsTokens', 0):,}"
-        f" ~msgs {breakdown.get('messageTokens', 0):,}"
-        f"  in {usage.get('uncachedInputTokens', 0):,} out {usage.get('outputTokens', 0):,}"
-        f" cache r/w {usage.get('cacheReadTokens', 0):,}/{usage.get('cacheWriteTokens', 0):,}"
+        f"{printable(model.session_id)} seq {_n(model.seq)}  ctx {occupancy}"
+        f"  ~sys {sys_:,} ~tools {tools:,} ~msgs {msgs:,}"
+        f"  in {uncached:,} out {output:,} cache r/w {read:,}/{write:,}"
     )
-    for name, fault in update.get("faults", {}).items():
-        line += f"  FAULT {name}@{fault['seq']}: {fault['error']}"
+    for fault in model.faults:
+        line += f"  FAULT {printable(fault.projection)}@{_n(fault.seq)}: {printable(fault.error)}"
     return line
 
 
@@ -295,7 +335,10 @@ def _follow(
                 handle(*message)
         except (redis.RedisError, OSError) as error:
             connected = False
-            print(f"stream watch: Redis connection lost ({error}); retrying", file=sys.stderr)
+            print(
+                f"stream watch: Redis connection lost ({printable(error)}); retrying",
+                file=sys.stderr,
+            )
             time.sleep(1.0)
         tick()
     feed.close()
@@ -322,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_line(args: argparse.Namespace, payload: bytes, update: Mapping[str, Any]) -> None:
     if args.json:
-        sys.stdout.write(payload.decode() + "\n")
+        sys.stdout.write(json_line(payload.decode()) + "\n")
     else:
         sys.stdout.write(f"{time.strftime('%H:%M:%S')} {describe(update)}\n")
     sys.stdout.flush()

@@ -2,9 +2,16 @@
 
 Read with the AdminClient only (ListOffsets, OffsetFetch, DescribeGroups), so looking
 never joins the group, commits, or disturbs a running replay.
+
+Also pure helpers for ``stream lag --watch``: ``Stalls`` flags a partition whose committed
+offset has not moved for a while although records wait, ``behind`` names what is left,
+and ``unreachable`` answers in a moment when no bootstrap server accepts a connection
+(the AdminClient would otherwise wait out its whole request timeout).
 """
 
+import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,3 +80,91 @@ def read_lag(
     partitions = tuple(snapshot(admin, group, topic, timeout))
     state = describe_group(admin, group, topic, timeout)
     return LagReport(group, topic, partitions, state, time.monotonic())
+
+
+class Stalls:
+    """Which partitions make no progress: records wait (``lag > 0``) and the committed
+    offset has not moved for ``after`` seconds, over successive reports.
+
+    The clock of a partition restarts whenever its committed offset moves or nothing
+    waits in it, so a partition idle at lag 0 is not flagged the moment a record arrives.
+    """
+
+    def __init__(self, after: float) -> None:
+        self.after = after
+        self._since: dict[int, tuple[int | None, float]] = {}  # (committed, since when)
+        self._last: LagReport | None = None
+
+    def observe(self, report: LagReport) -> None:
+        for p in report.partitions:
+            seen = self._since.get(p.partition)
+            if seen is None or seen[0] != p.committed or p.lag == 0:
+                self._since[p.partition] = (p.committed, report.taken_at)
+        self._last = report
+
+    def waiting(self) -> dict[int, float]:
+        """Seconds each partition with records waiting has kept its committed offset."""
+        if self._last is None:
+            return {}
+        now = self._last.taken_at
+        return {
+            p.partition: now - self._since[p.partition][1]
+            for p in self._last.partitions
+            if p.lag > 0
+        }
+
+    def stalled(self) -> dict[int, float]:
+        """The partitions stalled in the last report, with how long (seconds)."""
+        return {p: s for p, s in self.waiting().items() if s >= self.after}
+
+
+def behind(report: LagReport, stalled: Mapping[int, float] | None = None) -> list[str]:
+    """One line per partition with records left: its offsets, lag and whether stalled."""
+    stalled = stalled or {}
+    lines = []
+    for p in report.partitions:
+        if p.lag <= 0:
+            continue
+        committed = "-" if p.committed is None else f"{p.committed:,}"
+        line = f"partition {p.partition}: lag {p.lag:,} (committed {committed}, end {p.high:,})"
+        if p.partition in stalled:
+            line += f", stalled: no commit for {stalled[p.partition]:.0f} s"
+        lines.append(line)
+    return lines
+
+
+def caught_up_status(report: LagReport) -> int:
+    """``stream lag --until-caught-up``'s exit status: 0 once the lag is 0, else 1."""
+    return 0 if report.lag == 0 else 1
+
+
+def _address(server: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port``, an optional ``proto://``) as a socket address."""
+    server = server.strip().rpartition("://")[2]
+    if server.startswith("["):
+        host, _, rest = server[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, sep, port = server.rpartition(":")
+        if not sep:
+            host, port = server, "9092"
+    try:
+        return (host, int(port or 9092)) if host else None
+    except ValueError:
+        return None
+
+
+def unreachable(bootstrap_servers: str, timeout: float = 3.0) -> str | None:
+    """Why no bootstrap server accepts a TCP connection, or ``None`` when one does (or an
+    address is not one we can parse: then the client's own error is the better one)."""
+    failures = []
+    for server in filter(None, (s.strip() for s in bootstrap_servers.split(","))):
+        address = _address(server)
+        if address is None:
+            return None
+        try:
+            with socket.create_connection(address, timeout=timeout):
+                return None
+        except OSError as error:
+            failures.append(f"{server}: {error.strerror or error}")
+    return "; ".join(failures) or "no bootstrap server given"

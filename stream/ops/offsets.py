@@ -315,6 +315,17 @@ def describe_group(
     return GroupState(group, state, members)
 
 
+def ensure_no_members(
+    admin: AdminClient, group: str, topic: str | None = None, timeout: float = 20.0
+) -> GroupState:
+    """The group's state, or ``GroupBusy`` when it has live members. ``stream replay``
+    asks again right before each write: a worker may have joined since the plan."""
+    state = describe_group(admin, group, topic, timeout)
+    if state.members:
+        raise GroupBusy(state)
+    return state
+
+
 def offsets_for_time(
     settings: Settings, topic: str, partitions: Sequence[int], ms: int, timeout: float = 20.0
 ) -> dict[int, int | None]:

@@ -160,14 +160,16 @@ def test_rebuild_restores_every_session_after_redis_and_local_state_are_lost(
     assert tables
     (tables[0] / "planted").write_text("stale")
 
-    done = _stream(deployment, "replay", "--to-earliest", "--rebuild", "--wait", "20")
+    unconfirmed = _stream(deployment, "replay", "--to-earliest", "--rebuild")
+    assert unconfirmed.returncode == 2 and "--yes" in unconfirmed.stderr
+    done = _stream(deployment, "replay", "--to-earliest", "--rebuild", "--wait", "20", "--yes")
     assert done.returncode == 0, done.stderr
     control = read_control(_settings(deployment))
     assert (control.generation, control.epoch) == (2, 1)
     changelog = f"{deployment.name}-sessions-changelog"
     assert all(low == high for low, high, _ in _broker_view(deployment, changelog).values())
 
-    again = _stream(deployment, "replay", "--to-earliest", "--rebuild")
+    again = _stream(deployment, "replay", "--to-earliest", "--rebuild", "--yes")
     assert again.returncode == 0, again.stderr
     assert "already in place" in again.stdout and "nothing to change" in again.stdout
     assert read_control(_settings(deployment)) == control  # not even rewritten
@@ -245,7 +247,7 @@ def test_workers_publish_with_the_rebuild_generation(
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(_event_count(paths))
     assert worker.terminate() == 0
-    done = _stream(deployment, "replay", "--to-earliest", "--rebuild", "--wait", "20")
+    done = _stream(deployment, "replay", "--to-earliest", "--rebuild", "--wait", "20", "--yes")
     assert done.returncode == 0, done.stderr
     control: Control = read_control(_settings(deployment))
     worker.restart()

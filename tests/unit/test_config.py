@@ -331,6 +331,7 @@ def test_no_password_in_repr() -> None:
         ("rediss://:s3cret@r:6380/1", "rediss://:***@r:6380/1"),
         ("redis://s3cret@r/0", "redis://***@r/0"),  # a bare token is hidden too
         ("redis://svc:p%40ss%3Aw0rd@r/0", "redis://svc:***@r/0"),  # encoded @ and :
+        ("redis://r/0?password=s3cret&db=1", "redis://r/0?password=***&db=1"),  # redis-py's
     ],
 )
 def test_redis_url_redacted_hides_the_password(url: str, redacted: str) -> None:

@@ -1,16 +1,25 @@
 """``stream watch`` drawing: a pure function of the update, checked on recorded text."""
 
+import argparse
+import io
+import re
 from typing import Any
 
+import orjson
+import pytest
 from rich.console import Console, RenderableType
 from rich.text import Text
 
 from stream.cli.watch import (
     BAR_WIDTH,
     SEGMENT_STYLE,
+    _print_line,
     describe,
+    json_line,
+    printable,
     render_meter,
     render_sessions,
+    render_waiting,
     ring_glyph,
 )
 from tests.unit.gateway.test_meter import EXAMPLE
@@ -96,3 +105,103 @@ def test_describe_is_the_one_line_form() -> None:
     line = describe(EXAMPLE)
     assert line.startswith("s1 seq 123  ctx       692/131,072 ( 0.5%)  ~sys 21 ~tools 42 ~msgs 82")
     assert line.endswith("FAULT contextBreakdown@120: claim over the wrong range")
+
+
+# -- hostile input: ids and texts from Redis are data, never markup or terminal controls --
+
+HOSTILE_IDS = [
+    "x[/]",
+    "[bold red]red[/bold red]",
+    "[link=https://evil.example]click[/link]",
+    "esc\x1b[2J\x1b]0;title\x07",
+    "line\nbreak\rreturn",
+    "nul\x00byte\x7fdel",
+    "csi\x9b31m",
+    "rtl\u202eexe.txt",
+    "lone\ud800surrogate",
+]
+
+
+def _raw(renderable: RenderableType) -> str:
+    """What reaches a colour terminal, styling escapes included."""
+    out = io.StringIO()
+    Console(file=out, width=100, force_terminal=True, color_system="truecolor").print(renderable)
+    return out.getvalue()
+
+
+def _hostile(session_id: str) -> dict[str, Any]:
+    return {
+        **EXAMPLE,
+        "sessionId": session_id,
+        "faults": {session_id: {"seq": 7, "error": f"bad {session_id}"}},
+    }
+
+
+@pytest.mark.parametrize("session_id", HOSTILE_IDS)
+def test_a_hostile_session_id_renders_as_inert_text(session_id: str) -> None:
+    shown = printable(session_id)
+    for renderable in (
+        render_meter(_hostile(session_id)),
+        render_sessions([(_hostile(session_id), 0)], now_ms=0),
+        render_waiting(session_id),
+    ):
+        text = _text(renderable, width=200)  # rendering raised before: x[/] is bad markup
+        assert shown in text  # every character shown, the markup-like parts as typed
+        raw = _raw(renderable)
+        # No control character of the id reaches the terminal: the only ESCs are rich's
+        # own SGR colour codes, and those are all of the form ESC [ ... m.
+        assert not re.search("[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f-\x9f\u202e\ud800-\udfff]", raw)
+        assert re.sub("\x1b\\[[0-9;]*m", "", raw).count("\x1b") == 0
+    assert "\n" not in shown and "\x1b" not in shown
+
+
+def test_markup_in_an_id_adds_no_style() -> None:
+    title = render_meter(_hostile("[bold red]red[/bold red]")).title
+    assert isinstance(title, Text)
+    assert title.plain.startswith("[bold red]red[/bold red]  seq 123")
+    assert [str(span.style) for span in title.spans] == ["bold"]  # ours, over the whole id
+    table = render_sessions([(_hostile("[link=https://evil.example]x[/link]"), 0)], now_ms=0)
+    cell = next(iter(table.columns[1].cells))
+    assert isinstance(cell, Text) and cell.plain == "[link=https://evil.example]x[/link]"
+    assert "evil.example" not in "".join(str(s.style) for s in cell.spans)
+
+
+def test_printable_shows_controls_as_escapes() -> None:
+    assert printable("a\x1b[31mb\x00c\nd\te\x9bf\u202eg\ud800") == (
+        "a\\x1b[31mb\\x00c\\nd\\te\\x9bf\\u202eg\\ud800"
+    )
+    assert printable("plain ünïcode 日本 🙂") == "plain ünïcode 日本 🙂"
+    assert printable(42) == "42"
+
+
+def test_the_line_form_of_a_hostile_or_malformed_update() -> None:
+    update = {
+        "sessionId": "id\x1b[2J\n",
+        "seq": "\x1b[31m",  # not a number: shown as unknown
+        "contextPressure": {"projectedTokens": "many", "contextWindow": [1]},
+        "contextBreakdown": "nope",
+        "tokenUsage": {"outputTokens": 5},
+        "faults": {"p\x1b": {"seq": 1, "error": "e\x00\n"}, "q": "not an object"},
+    }
+    line = describe(update)
+    assert line.startswith("id\\x1b[2J\\n seq —  ctx no sample yet  ~sys 0 ~tools 0 ~msgs 0")
+    assert "out 5" in line and "FAULT p\\x1b@1: e\\x00\\n" in line and "FAULT q@—" in line
+    assert not re.search("[\x00-\x1f]", line)
+
+
+def test_json_lines_keep_the_value_and_escape_what_json_allows_raw() -> None:
+    payload = orjson.dumps({"sessionId": "a\x9b31m\u2028\u202eb", "seq": 1}).decode()
+    assert "\x9b" in payload  # orjson leaves C1 and U+2028 raw
+    line = json_line(payload)
+    assert orjson.loads(line) == orjson.loads(payload)
+    assert not re.search("[\x7f-\x9f\u2028\u202e]", line)
+
+
+def test_print_line_writes_safe_text(capsys: pytest.CaptureFixture[str]) -> None:
+    update = {**EXAMPLE, "sessionId": "s\x1b[2J"}
+    payload = orjson.dumps(update)
+    _print_line(argparse.Namespace(json=False), payload, update)
+    _print_line(argparse.Namespace(json=True), payload, update)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "\x1b" not in lines[0] and "s\\x1b[2J seq 123" in lines[0]
+    assert orjson.loads(lines[1]) == update  # JSON escapes control characters itself

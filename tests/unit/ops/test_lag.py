@@ -1,6 +1,12 @@
-"""``LagReport`` arithmetic and its JSON (no broker)."""
+"""``LagReport`` arithmetic and its JSON, stalls, the exit status and the broker probe
+(no broker)."""
 
-from stream.ops.lag import LagReport
+import socket
+import time
+
+import pytest
+
+from stream.ops.lag import LagReport, Stalls, _address, behind, caught_up_status, unreachable
 from stream.ops.offsets import GroupState, Member, PartitionOffsets
 
 
@@ -27,3 +33,91 @@ def test_json_names_members_and_offsets() -> None:
         {"memberId": "m-1", "clientId": "faust-0.15.3", "host": "/10.0.0.7", "partitions": [0, 1]}
     ]
     assert str(member) == "faust-0.15.3 on 10.0.0.7 (member m-1)"
+
+
+# -- watching: stalled partitions, what is left, the exit status --------------------------
+
+
+def at(taken_at: float, *parts: PartitionOffsets) -> LagReport:
+    return LagReport("g", "events", parts, GroupState("g", "STABLE", ()), taken_at)
+
+
+def test_a_partition_whose_commit_does_not_move_while_records_wait_is_stalled() -> None:
+    stalls = Stalls(after=60)
+    stalls.observe(at(0, PartitionOffsets(0, 0, 100, 10), PartitionOffsets(1, 0, 50, 50)))
+    stalls.observe(at(30, PartitionOffsets(0, 0, 100, 10), PartitionOffsets(1, 0, 50, 50)))
+    assert stalls.stalled() == {} and stalls.waiting() == {0: 30}
+    stalls.observe(at(61, PartitionOffsets(0, 0, 120, 10), PartitionOffsets(1, 0, 50, 50)))
+    assert stalls.stalled() == {0: 61}  # partition 1 is at its end: never stalled
+    stalls.observe(at(70, PartitionOffsets(0, 0, 120, 11), PartitionOffsets(1, 0, 50, 50)))
+    assert stalls.stalled() == {}  # one commit restarts its clock
+
+
+def test_the_clock_starts_when_records_start_to_wait() -> None:
+    stalls = Stalls(after=60)
+    stalls.observe(at(0, PartitionOffsets(0, 0, 10, 10)))
+    stalls.observe(at(100, PartitionOffsets(0, 0, 10, 10)))  # idle at lag 0 for 100 s
+    stalls.observe(at(102, PartitionOffsets(0, 0, 11, 10)))  # a record arrives
+    assert stalls.stalled() == {}
+    stalls.observe(at(161, PartitionOffsets(0, 0, 11, 10)))
+    assert stalls.stalled() == {0: 61}
+
+
+def test_a_partition_never_committed_stalls_too() -> None:
+    stalls = Stalls(after=5)
+    stalls.observe(at(0, PartitionOffsets(0, 3, 10, None)))
+    stalls.observe(at(5, PartitionOffsets(0, 3, 10, None)))
+    assert stalls.stalled() == {0: 5}
+
+
+def test_behind_and_the_exit_status() -> None:
+    done = at(0, PartitionOffsets(0, 0, 10, 10))
+    assert caught_up_status(done) == 0 and behind(done) == []
+    left = at(0, PartitionOffsets(0, 0, 10, 10), PartitionOffsets(1, 0, 1500, 200),
+              PartitionOffsets(2, 4, 9, None))  # fmt: skip
+    assert caught_up_status(left) == 1
+    assert behind(left, {1: 75.2}) == [
+        "partition 1: lag 1,300 (committed 200, end 1,500), stalled: no commit for 75 s",
+        "partition 2: lag 5 (committed -, end 9)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("server", "address"),
+    [
+        ("127.0.0.1:29092", ("127.0.0.1", 29092)),
+        (" broker-0.kafka:9093 ", ("broker-0.kafka", 9093)),
+        ("SASL_SSL://broker:9094", ("broker", 9094)),
+        ("[::1]:9092", ("::1", 9092)),
+        ("[::1]", ("::1", 9092)),
+        ("broker", ("broker", 9092)),
+        ("broker:x", None),
+        (":9092", None),
+    ],
+)
+def test_bootstrap_addresses(server: str, address: tuple[str, int] | None) -> None:
+    assert _address(server) == address
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_unreachable_answers_at_once_for_a_closed_port() -> None:
+    port = _closed_port()
+    began = time.monotonic()
+    why = unreachable(f"127.0.0.1:{port}")
+    assert why is not None and f"127.0.0.1:{port}" in why and "refused" in why.lower()
+    assert time.monotonic() - began < 2
+    assert unreachable("") == "no bootstrap server given"
+    assert unreachable("weird:address") is None  # the client's own error says more
+
+
+def test_one_listening_server_is_enough() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert unreachable(f"127.0.0.1:{_closed_port()},127.0.0.1:{port}") is None
