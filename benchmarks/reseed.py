@@ -68,7 +68,7 @@ class _NoKafka:
 
 
 async def _reseed(settings: Settings, rows: list[tuple[bytes, bytes]]) -> float:
-    publisher: Publisher[Any] = Publisher(settings, _NoKafka(), RedisSink(settings))
+    publisher: Publisher = Publisher(settings, _NoKafka(), RedisSink(settings))
     started = time.perf_counter()
     sent = await publisher.reseed(rows, 0)
     await publisher.flush(60)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream.publish.layout import RedisLayout
+from stream.session.batch import Limits
 
 
 class ConfigError(ValueError):
@@ -184,6 +185,20 @@ class Settings:
     @property
     def redis_layout(self) -> RedisLayout:
         return RedisLayout(self.redis_key_prefix)
+
+    @property
+    def limits(self) -> Limits:
+        """The bounds every fold runs under, the worker's and the offline tools' alike."""
+        return Limits(
+            message_bytes=self.max_message_bytes,
+            event_bytes=self.max_event_bytes,
+            key_bytes=self.max_key_bytes,
+            segment_events=self.max_segment_events,
+            error_chars=self.max_error_chars,
+            dead_letter_bytes=min(self.max_message_bytes, 900_000),
+            resets=self.resets,
+            system_prompts=self.max_system_prompts,
+        )
 
     def librdkafka(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_servers} | self.kafka.librdkafka()

@@ -26,11 +26,10 @@ from stream import native
 from stream.app import transport
 from stream.config import Settings
 from stream.ops import control, metrics
-from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
 from stream.runtime import tune_gc
-from stream.session.batch import Counts, DeadLetter, Limits, Message, fold_batch
+from stream.session.batch import Counts, DeadLetter, Message, fold_batch
 
 log = logging.getLogger("stream.worker")
 
@@ -59,18 +58,6 @@ def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
     return [(str(name), value) for name, value in items]
 
 
-def limits_of(settings: Settings) -> Limits:
-    return Limits(
-        message_bytes=settings.max_message_bytes,
-        event_bytes=settings.max_event_bytes,
-        key_bytes=settings.max_key_bytes,
-        segment_events=settings.max_segment_events,
-        error_chars=settings.max_error_chars,
-        dead_letter_bytes=min(settings.max_message_bytes, 900_000),
-        resets=settings.resets,
-    )
-
-
 class _Outbox:
     """The Kafka side of publishing; every call returns its delivery.
 
@@ -95,8 +82,7 @@ class _Outbox:
         # offset it holds, so a restart with local state recovers only what follows.
         self.table.data.set_persisted_offset(TP(self.changelog, partition), offset)
 
-    def write_row(self, key: bytes, row: bytes, handle: Any) -> Awaitable[Any]:
-        partition = handle.message.partition
+    def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]:
         self.table.data._db_for_partition(partition).put(key, row)
         return self.sender.add(self.changelog, partition, key, row, on_sent=self._persisted)
 
@@ -120,7 +106,6 @@ def build_app(
     settings: Settings, partitions: int | None = None, control_problems: tuple[str, ...] = ()
 ) -> faust.App:
     partitions = partitions or settings.partitions
-    CONTEXT_BREAKDOWN.max_prompts = settings.max_system_prompts
     transport.use_uvloop()  # before the worker creates its event loops
     app = faust.App(
         settings.app_id,
@@ -171,10 +156,10 @@ def build_app(
     # changelog topic with them. Rows are our own codec bytes: store and recover them raw.
     table.key_serializer = table.value_serializer = "raw"  # type: ignore[attr-defined]
     table.changelog_topic = table._new_changelog_topic()  # type: ignore[attr-defined]
-    limits = limits_of(settings)
+    limits = settings.limits
     totals = Counts()
     outbox = _Outbox(app, table, settings.output_topic, settings.dlq_topic)
-    publisher: Publisher[Any] | None = None
+    publisher: Publisher | None = None
     stats = metrics.Metrics.create(settings)
     stats.control_problem = "; ".join(control_problems)[:500]
 
@@ -189,7 +174,7 @@ def build_app(
         logging.shutdown()
         os._exit(3)
 
-    def get_publisher() -> Publisher[Any]:
+    def get_publisher() -> Publisher:
         nonlocal publisher
         if publisher is None:
             publisher = Publisher(settings, outbox, RedisSink(settings))
@@ -197,18 +182,15 @@ def build_app(
             stats.redis = publisher.state
         return publisher
 
-    def load(key: bytes, event: Any) -> bytes | None:
-        return outbox.load(key, event.message.partition)
-
     async def handle(events: list[Any]) -> None:
-        messages: list[Message[Any]] = []
+        messages: list[Message] = []
         add = messages.append
         for e in events:
             m = e.message
             headers = _headers(m.headers) if m.headers else []
-            add(Message(m.key, m.value, m.topic, m.partition, m.offset, e, headers))
+            add(Message(m.key, m.value, m.topic, m.partition, m.offset, headers))
         with stats.fold_seconds.time():
-            result = fold_batch(messages, load, limits)
+            result = fold_batch(messages, outbox.load, limits)
         with stats.publish_seconds.time():
             await get_publisher().publish(result)
         totals.add(result.counts)
@@ -224,7 +206,7 @@ def build_app(
                 note.offset,
             )
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack
-            stats.observe_batch(events, result)
+            stats.observe_batch(messages, result, events[-1].message.timestamp)
         except Exception:
             log.exception("metrics of a batch not recorded")
 

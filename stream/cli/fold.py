@@ -5,6 +5,7 @@ import sys
 from typing import Any
 
 from stream.cli.progress import progress
+from stream.config import Settings
 from stream.contract.jsontext import dumps
 from stream.logs.reader import log_files, read_logs
 from stream.session.offline import fold_lines
@@ -29,12 +30,13 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
+    folds = Settings.from_env().limits.folds  # the worker's limits: the same outcomes
     records: dict[str, SessionRecord] = {}
     with progress("folding", total=len(log_files(args.paths)), unit="logs") as bar:
         for log in read_logs(args.paths):
             record = records.get(log.session_id)
             if record is None:
-                record = records[log.session_id] = SessionRecord.new()
+                record = records[log.session_id] = SessionRecord.new(folds)
             for bad in fold_lines(record, log.lines(), args.every_event):
                 if bad is None:
                     out.write(dumps(update(log.session_id, record)) + b"\n")

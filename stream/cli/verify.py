@@ -13,16 +13,18 @@ from typing import Any
 import orjson
 
 from stream.cli.progress import progress
+from stream.config import Settings
 from stream.contract.errors import ContractError
 from stream.contract.events import METERING_TYPES, Event, Replace
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import log_files, read_logs
+from stream.projections.base import Projection
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.projections.positional import Surface
 from stream.session import codec
 from stream.session.offline import BadLine, events
-from stream.session.processor import SessionRecord, process, process_run
+from stream.session.processor import PROJECTIONS, SessionRecord, process, process_run
 
 _BREAKDOWN = CONTEXT_BREAKDOWN.key
 
@@ -81,14 +83,20 @@ def _classify(report: Report, event: Event, previous: Event | None) -> None:
     report.other_replacements += 1
 
 
-def _check(report: Report, sessions: dict[str, "_Session"], session_id: str, event: Any) -> None:
+def _check(
+    report: Report,
+    sessions: dict[str, "_Session"],
+    session_id: str,
+    event: Any,
+    folds: tuple[Projection, ...] = PROJECTIONS,
+) -> None:
     """One event through both folds, compared."""
     if isinstance(event, BadLine):
         report.unreadable += 1
         return
     state = sessions.get(session_id)
     if state is None:
-        state = sessions[session_id] = _Session()
+        state = sessions[session_id] = _Session(SessionRecord.new(folds))
     if isinstance(event, ChunkRun):  # passive deltas: views cannot move within the run
         count = event.size
         state.previous = None
@@ -128,10 +136,11 @@ def run(args: argparse.Namespace) -> int:
     report = Report()
     total_files = len(log_files(args.paths))
     sessions: dict[str, _Session] = {}
+    folds = Settings.from_env().limits.folds  # the worker's limits, as `stream fold`
     with progress("verifying", total=total_files, unit="logs") as bar:
         for log in read_logs(args.paths):
             for _, event in events(log.lines()):
-                _check(report, sessions, log.session_id, event)
+                _check(report, sessions, log.session_id, event, folds)
             bar.advance(1)
     for state in sessions.values():
         report.sessions += 1

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from stream.config import Settings
 from stream.contract.events import READ_TYPES
 from stream.ops.census import Census
 from stream.publish.publisher import RedisState
+from stream.session.batch import BatchResult, Message
 
 log = logging.getLogger("stream.metrics")
 
@@ -211,8 +213,11 @@ class Metrics:
         return m
 
     # -- updates from the agent --------------------------------------------------------
-    def observe_batch(self, events: list[Any], result: Any) -> None:
-        """Cannot raise for what a batch holds: a counter takes only what can be added."""
+    def observe_batch(
+        self, messages: Sequence[Message], result: BatchResult, stamp: float | None = None
+    ) -> None:
+        """A batch folded and delivered (``stamp``: its last record's timestamp, s). Cannot
+        raise for what a batch holds: a counter takes only what can be added."""
         for outcome, value in result.counts.as_dict().items():
             if value > 0:
                 self.events.labels(outcome).inc(value)
@@ -226,22 +231,18 @@ class Metrics:
         for kind, value in result.types.items():
             self.events_by_type.labels(kind if kind in _KNOWN_TYPES else "other").inc(value)
         self.batches.inc()
-        self.batch_size.observe(len(events))
+        self.batch_size.observe(len(messages))
         if result.redelivered:
             self.redelivered.inc(result.redelivered)
         if result.quarantined:
             self.quarantined.inc(result.quarantined)
-        now = time.time()
-        for event in events:
-            message = event.message
+        for message in messages:
             self.positions[message.partition] = message.offset + 1
-        if events:
-            stamp = events[-1].message.timestamp
-            if stamp:
-                self.produce_to_redis.observe(max(0.0, now - stamp))
+        if stamp:
+            self.produce_to_redis.observe(max(0.0, time.time() - stamp))
         census = self.census
         for change in result.sessions:
-            census.observe(change.handle.message.partition, change.key, change.before, change.after)
+            census.observe(change.partition, change.key, change.before, change.after)
         for part in result.partitions:
             census.observe_dead(part.partition, part.dead_lettered)
 

@@ -69,9 +69,11 @@ def _replace(
 class ContextBreakdown:
     key = "contextBreakdown"
     version = 6
-    # Retained prompts are the one part of the state that grows with the log; past this
-    # many the projection faults instead of letting one session's row outgrow a record.
-    max_prompts = 1_000
+
+    def __init__(self, max_prompts: int = 1_000) -> None:
+        # Retained prompts are the one part of the state that grows with the log; past this
+        # many the projection faults instead of letting one session's row outgrow a record.
+        self.max_prompts = max_prompts
 
     def init(self) -> BreakdownState:
         return BreakdownState()

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 import orjson
 from redis import exceptions as rx
@@ -51,14 +51,11 @@ from stream.session.processor import update, view_version
 
 log = logging.getLogger("stream.publish")
 
-M = TypeVar("M")
-M_contra = TypeVar("M_contra", contravariant=True)
 
-
-class Outbox(Protocol[M_contra]):
+class Outbox(Protocol):
     """The Kafka side, as the app provides it: each call returns the delivery future."""
 
-    def write_row(self, key: bytes, row: bytes, handle: M_contra) -> Awaitable[Any]: ...
+    def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]: ...
 
     def send_update(
         self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
@@ -137,9 +134,9 @@ class RedisState:
 
 
 @dataclass
-class Publisher(Generic[M]):
+class Publisher:
     settings: Settings
-    outbox: Outbox[M]
+    outbox: Outbox
     sink: RedisSink
     max_pending: int = 0  # sessions queued before batches are held; 0: from settings
     max_pending_bytes: int = 0  # their entry_bytes before batches are held; 0: settings
@@ -170,7 +167,7 @@ class Publisher(Generic[M]):
         return self.settings.generation
 
     # -- one batch -------------------------------------------------------------------
-    async def publish(self, result: BatchResult[M]) -> None:
+    async def publish(self, result: BatchResult) -> None:
         await self._deliver(result)
         gen = self.generation
         updates = [
@@ -188,14 +185,14 @@ class Publisher(Generic[M]):
         dead = [DeadCount(topic, p.partition, gen, p.dead_lettered) for p in result.partitions]
         await self.write_redis(updates, dead)
 
-    async def _deliver(self, result: BatchResult[M]) -> None:
+    async def _deliver(self, result: BatchResult) -> None:
         backoff = Backoff(0.2, 10.0)
         gen = self.generation
         while True:
             futures: list[Awaitable[Any]] = []
             outbox = self.outbox
             for change in result.sessions:
-                futures.append(outbox.write_row(change.key, change.row, change.handle))
+                futures.append(outbox.write_row(change.key, change.row, change.partition))
                 tally = (change.tally.folded, change.tally.duplicate, change.tally.faulted)
                 futures.append(
                     outbox.send_update(
@@ -205,7 +202,7 @@ class Publisher(Generic[M]):
                     )
                 )
             for part in result.partitions:
-                futures.append(outbox.write_row(PARTITION_KEY, part.row, part.handle))
+                futures.append(outbox.write_row(PARTITION_KEY, part.row, part.partition))
             for letter in result.dead_letters:
                 futures.append(outbox.send_dead_letter(letter))
             outcomes = await asyncio.gather(*futures, return_exceptions=True)

@@ -15,7 +15,7 @@ quarantines that message (dead-lettered with the exception) and the batch goes o
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 import orjson
 
@@ -23,18 +23,19 @@ from stream.contract.errors import MAX_ERROR_CHARS, Unreadable, safe_text
 from stream.contract.events import Event, read_event
 from stream.contract.jsontext import PARSE_DEPTH, check_depth, dumps, loads, might_nest
 from stream.contract.storage import ChunkRun, decode_line
+from stream.projections.base import Projection
 from stream.session import codec
 from stream.session.processor import (
+    MAX_SYSTEM_PROMPTS,
     Outcome,
     SessionRecord,
     Tally,
     fault,
     fold_items,
+    projections,
     update,
     view_version,
 )
-
-M = TypeVar("M")  # the transport's message handle (a Faust event in the worker)
 
 # The partition's own row (dead-letter accounting). 0xff never occurs in UTF-8, so no
 # session id can collide with it.
@@ -56,18 +57,23 @@ class Limits:
     error_chars: int = MAX_ERROR_CHARS
     dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
     resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
+    system_prompts: int = MAX_SYSTEM_PROMPTS  # retained per session (contextBreakdown)
+
+    @property
+    def folds(self) -> tuple[Projection, ...]:
+        """The projections this fold runs under these limits."""
+        return projections(self.system_prompts)
 
 
 @dataclass(frozen=True, slots=True)
-class Message(Generic[M]):
-    """One input record as the transport delivered it."""
+class Message:
+    """One input record as the transport delivered it: plain values."""
 
     key: bytes | None
     value: bytes | None
     topic: str
     partition: int
     offset: int
-    handle: M
     headers: Sequence[tuple[str, bytes | None]] = ()
 
 
@@ -155,12 +161,12 @@ class Counts:
 
 
 @dataclass(slots=True)
-class SessionChange(Generic[M]):
+class SessionChange:
     """What one batch did to one session: its new row and the update to publish."""
 
     session_id: str
     key: bytes  # table and output-topic key
-    handle: M  # a message of this session in this partition: routes the row's write
+    partition: int  # the input partition its messages came from: the row's partition
     row: bytes
     update: dict[str, Any]
     tally: Tally  # the session's totals after the batch (published with the update)
@@ -174,19 +180,18 @@ class SessionChange(Generic[M]):
 
 
 @dataclass(slots=True)
-class PartitionChange(Generic[M]):
+class PartitionChange:
     """The partition row: dead letters accounted so far, and the offset they cover."""
 
     partition: int
-    handle: M
     row: bytes
     dead_lettered: int
 
 
 @dataclass(slots=True)
-class BatchResult(Generic[M]):
-    sessions: list[SessionChange[M]] = field(default_factory=list)
-    partitions: list[PartitionChange[M]] = field(default_factory=list)
+class BatchResult:
+    sessions: list[SessionChange] = field(default_factory=list)
+    partitions: list[PartitionChange] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)  # new events only, not redeliveries
     # Events whose accounting a reset took back (the session starts over): the session
@@ -201,7 +206,7 @@ class BatchResult(Generic[M]):
 Item = Event | ChunkRun | DeadLetter | Reset
 
 
-def decode(message: Message[Any], limits: Limits = Limits()) -> tuple[str | None, list[Item]]:
+def decode(message: Message, limits: Limits = Limits()) -> tuple[str | None, list[Item]]:
     """A message as (session id, its events); unreadable parts become dead letters."""
     value = message.value or b""
 
@@ -312,51 +317,50 @@ def _reencode(element: Any, whole: bytes) -> bytes:
 
 
 @dataclass(slots=True)
-class _Open(Generic[M]):
+class _Open:
     """A session the batch touched: its record, as loaded and as folded so far."""
 
     record: SessionRecord
     before: Tally  # the tally when loaded
-    handle: M  # a message of this session in this partition: routes the row's write
     first_seq: int  # the first seq the batch offered (an unreadable row faults there)
     stored: codec.RowPart | None  # the stored row's part in the census (codec.row_part)
-    messages: list[Message[M]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
     retired: Tally = field(default_factory=Tally)  # tallies resets took back
 
 
 @dataclass(slots=True)
-class _OpenPartition(Generic[M]):
+class _OpenPartition:
     """A partition row the batch touched: ``[dead letters accounted, offset covered]``."""
 
     row: list[int]
     before_dead: int
     before_offset: int
-    handle: M
 
 
-class _Batch(Generic[M]):
+class _Batch:
     """The state of one batch fold: the rows it loaded and what it changed."""
 
-    def __init__(self, load: Callable[[bytes, M], bytes | None], limits: Limits) -> None:
+    def __init__(self, load: Callable[[bytes, int], bytes | None], limits: Limits) -> None:
         self.load = load
         self.limits = limits
-        self.result: BatchResult[M] = BatchResult()
-        self.sessions: dict[tuple[int, bytes], _Open[M]] = {}  # by (partition, key)
-        self.partitions: dict[int, _OpenPartition[M]] = {}
+        self.folds = limits.folds
+        self.result = BatchResult()
+        self.sessions: dict[tuple[int, bytes], _Open] = {}  # by (partition, key)
+        self.partitions: dict[int, _OpenPartition] = {}
         self.refolding = False  # taking messages again that were accounted already
         self.events = 0  # events the message being folded holds (what a quarantine counts)
 
-    def session(self, partition: int, key: bytes, handle: M, first_seq: int) -> _Open[M]:
+    def session(self, partition: int, key: bytes, first_seq: int) -> _Open:
         entry = self.sessions.get((partition, key))
         if entry is None:
-            row = self.load(key, handle)
+            row = self.load(key, partition)
             record = _restore(row, first_seq, self.limits)
             before = Tally(*record.tally.as_list())
-            entry = _Open(record, before, handle, first_seq, codec.row_part(row))
+            entry = _Open(record, before, first_seq, codec.row_part(row))
             self.sessions[(partition, key)] = entry
         return entry
 
-    def fold(self, message: Message[M]) -> None:
+    def fold(self, message: Message) -> None:
         self.events = 1  # until decoded: a message nobody could take apart counts as one
         session_id, items = decode(message, self.limits)
         letters = [item for item in items if type(item) is DeadLetter]
@@ -372,7 +376,7 @@ class _Batch(Generic[M]):
             self.reset(message, key, session_id, first.gen)
             return
         first_seq = first.seq0 if type(first) is ChunkRun else first.seq  # type: ignore[union-attr]
-        entry = self.session(message.partition, key, message.handle, first_seq)
+        entry = self.session(message.partition, key, first_seq)
         record = entry.record
         fresh = message.offset > record.offset
         entry.messages.append(message)
@@ -393,11 +397,11 @@ class _Batch(Generic[M]):
         if fresh:
             record.offset = message.offset
 
-    def reset(self, message: Message[M], key: bytes, session_id: str, gen: int) -> None:
+    def reset(self, message: Message, key: bytes, session_id: str, gen: int) -> None:
         """Start the session over under generation ``gen`` (ignored at or below its own).
         The tally it had moves to ``retired``: those events are accounted again as the
         complete log that follows a reset is folded."""
-        entry = self.session(message.partition, key, message.handle, 0)
+        entry = self.session(message.partition, key, 0)
         entry.messages.append(message)
         record = entry.record
         applied = gen > record.gen
@@ -407,26 +411,26 @@ class _Batch(Generic[M]):
             )
         if applied:
             entry.retired.add(record.tally)
-            fresh = SessionRecord.new()
+            fresh = SessionRecord.new(self.folds)
             record.slots, record.seen, record.tally = fresh.slots, fresh.seen, fresh.tally
             record.gen, record.offset = gen, max(record.offset, message.offset)
 
     def dead_letters(
-        self, message: Message[M], letters: list[DeadLetter], count: int | None = None
+        self, message: Message, letters: list[DeadLetter], count: int | None = None
     ) -> None:
         """Send ``letters`` and account ``count`` events (one per letter) for a message
         not accounted before this batch (a redelivery sends again but counts nothing)."""
         self.result.dead_letters.extend(letters)
         entry = self.partitions.get(message.partition)
         if entry is None:
-            row = _partition_row(self.load(PARTITION_KEY, message.handle))
-            entry = _OpenPartition(row, row[0], row[1], message.handle)
+            row = _partition_row(self.load(PARTITION_KEY, message.partition))
+            entry = _OpenPartition(row, row[0], row[1])
             self.partitions[message.partition] = entry
         if message.offset > entry.before_offset:
             entry.row[0] += len(letters) if count is None else count
             entry.row[1] = max(entry.row[1], message.offset)
 
-    def letter(self, message: Message[M], error: BaseException, during: str) -> DeadLetter:
+    def letter(self, message: Message, error: BaseException, during: str) -> DeadLetter:
         reason = f"unexpected {type(error).__name__} while {during}: {error}"
         return DeadLetter(
             (message.value or b"")[: self.limits.dead_letter_bytes],
@@ -436,7 +440,7 @@ class _Batch(Generic[M]):
             message.offset,
         )
 
-    def quarantine(self, message: Message[M], error: BaseException) -> None:
+    def quarantine(self, message: Message, error: BaseException) -> None:
         """Take a message an unexpected error broke out of the batch: dead-letter it with
         the exception, and refold its session's other messages from the stored row."""
         self.result.quarantined += 1
@@ -453,7 +457,7 @@ class _Batch(Generic[M]):
             self.refolding = False
             self.dead_letters(message, [self.letter(message, error, "folding")], count)
 
-    def change(self, session_key: tuple[int, bytes], entry: _Open[M]) -> SessionChange[M]:
+    def change(self, session_key: tuple[int, bytes], entry: _Open) -> SessionChange:
         """What is written and published for a session; raises when it cannot be encoded."""
         key = session_key[1]
         session_id = key.decode()
@@ -462,7 +466,7 @@ class _Batch(Generic[M]):
         return SessionChange(
             session_id,
             key,
-            entry.handle,
+            session_key[0],
             codec.encode(record),
             body,
             record.tally,
@@ -473,17 +477,17 @@ class _Batch(Generic[M]):
             ("faults" in body, (record.tally.folded, record.tally.duplicate, record.tally.faulted)),
         )
 
-    def rescue(self, session_key: tuple[int, bytes]) -> SessionChange[M]:
+    def rescue(self, session_key: tuple[int, bytes]) -> SessionChange:
         """A session that cannot be finished (encoded): refold its messages one at a time
         from the stored row and quarantine each one after which it cannot be, so one
         input nobody foresaw costs its own message, never the batch."""
         partition, key = session_key
         old = self.sessions.pop(session_key)
-        entry = self.session(partition, key, old.handle, old.first_seq)
+        entry = self.session(partition, key, old.first_seq)
         try:
             good = self.change(session_key, entry)
         except Exception:  # even the stored row: the session starts over (see _restore)
-            entry.record = SessionRecord.new()
+            entry.record = SessionRecord.new(self.folds)
             good = self.change(session_key, entry)
         for message in old.messages:
             count = 0
@@ -494,7 +498,7 @@ class _Batch(Generic[M]):
                 good = self.change(session_key, entry)
             except Exception as error:
                 self.result.quarantined += 1
-                entry.record = codec.decode(good.row)
+                entry.record = codec.decode(good.row, self.folds)
                 if message in entry.messages:
                     entry.messages.remove(message)
                 letter = self.letter(message, error, "finishing the session")
@@ -503,7 +507,7 @@ class _Batch(Generic[M]):
                 self.refolding = False
         return good
 
-    def finish(self) -> BatchResult[M]:
+    def finish(self) -> BatchResult:
         result = self.result
         for session_key in list(self.sessions):
             try:
@@ -520,19 +524,17 @@ class _Batch(Generic[M]):
         for partition, open_partition in self.partitions.items():
             row = open_partition.row
             result.counts.dead_lettered += row[0] - open_partition.before_dead
-            result.partitions.append(
-                PartitionChange(partition, open_partition.handle, orjson.dumps(row), row[0])
-            )
+            result.partitions.append(PartitionChange(partition, orjson.dumps(row), row[0]))
         return result
 
 
 def fold_batch(
-    messages: Iterable[Message[M]],
-    load: Callable[[bytes, M], bytes | None],
+    messages: Iterable[Message],
+    load: Callable[[bytes, int], bytes | None],
     limits: Limits = Limits(),
-) -> BatchResult[M]:
-    """Fold a batch. ``load(key, handle)`` returns the stored row under ``key`` in the
-    handle's partition, if any.
+) -> BatchResult:
+    """Fold a batch. ``load(key, partition)`` returns the stored row under ``key`` in
+    that input partition's table, if any.
 
     Every session the batch touched gets its row written and one update published, once:
     the update carries the session's ``seq`` even when no view moved (readers see it is
@@ -543,7 +545,7 @@ def fold_batch(
     Never raises for what a message holds: an error while folding a message quarantines
     it, and so does one while encoding its session's row or update (``_Batch.rescue``).
     """
-    batch: _Batch[M] = _Batch(load, limits)
+    batch = _Batch(load, limits)
     for message in messages:
         try:
             batch.fold(message)
@@ -566,15 +568,15 @@ def _partition_row(stored: bytes | None) -> list[int]:
 
 def _restore(stored: bytes | None, first_seq: int, limits: Limits) -> SessionRecord:
     if stored is None:
-        return SessionRecord.new()
+        return SessionRecord.new(limits.folds)
     try:
-        return codec.decode(stored)
+        return codec.decode(stored, limits.folds)
     except codec.RowError as error:
         # A row we cannot read cannot be trusted, and guessing would count history twice
         # or drift: the session starts over from what the input allows. From seq 0 (a
         # replay) that is everything; otherwise every projection faults loudly at this
         # event until the session is rebuilt (`stream replay --rebuild`).
-        record = SessionRecord.new()
+        record = SessionRecord.new(limits.folds)
         if first_seq > 0:
             reason = f"stored row unreadable ({error}); rebuild the session with a replay"
             for slot in record:

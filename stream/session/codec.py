@@ -15,11 +15,12 @@ committed; a row that does not fit raises ``RowError``, which the batch fold tur
 published row fault for that session, never an exception in the worker.
 """
 
+from functools import lru_cache
 from typing import Any, Final
 
 import orjson
 
-from stream.projections.base import StateError
+from stream.projections.base import Projection, StateError
 from stream.session.processor import (
     PROJECTIONS,
     Fault,
@@ -30,7 +31,11 @@ from stream.session.processor import (
 )
 
 ROW_FORMAT: Final = 2
-_BY_KEY: Final = {p.key: p for p in PROJECTIONS}
+
+
+@lru_cache(maxsize=8)
+def _by_key(folds: tuple[Projection, ...]) -> dict[str, Projection]:
+    return {p.key: p for p in folds}
 
 
 class RowError(ValueError):
@@ -83,8 +88,9 @@ def row_part(row: bytes | None) -> RowPart | None:
     return faulted, (tally[0], tally[1], tally[2])
 
 
-def decode(row: bytes) -> SessionRecord:
-    """The record a row holds, or ``RowError`` saying why the row does not fit."""
+def decode(row: bytes, folds: tuple[Projection, ...] = PROJECTIONS) -> SessionRecord:
+    """The record a row holds, folded on by ``folds`` (``processor.projections``), or
+    ``RowError`` saying why the row does not fit."""
     if not isinstance(row, bytes | bytearray | memoryview):
         raise RowError(f"stored row must be bytes, got {type(row).__name__}")
     try:
@@ -92,12 +98,12 @@ def decode(row: bytes) -> SessionRecord:
     except orjson.JSONDecodeError as error:
         raise RowError(f"stored row is not JSON: {error}") from None
     try:
-        return _record(raw)
+        return _record(raw, folds)
     except (StateError, TypeError, ValueError) as error:
         raise RowError(f"stored row does not fit the schema: {error}") from None
 
 
-def _record(raw: Any) -> SessionRecord:
+def _record(raw: Any, folds: tuple[Projection, ...]) -> SessionRecord:
     if type(raw) is list and len(raw) >= 2 and raw[0] == 1:
         # Format 1 (before accounting moved into the row): no offset, no tally.
         raw = [ROW_FORMAT, raw[1], -1, [0, 0, 0, 0], *([*e, False] for e in raw[2:])]
@@ -110,10 +116,11 @@ def _record(raw: Any) -> SessionRecord:
     if type(tally) is not list or len(tally) != 4 or any(type(n) is not int for n in tally):
         raise StateError("tally must be four integers (folded, duplicate, faulted, gen)")
     stored: dict[str, Slot] = {}
+    by_key = _by_key(folds)
     for entry in entries:
         if type(entry) is not list or len(entry) < 2:
             raise StateError("a projection entry must be a list")
-        projection = _BY_KEY.get(entry[0]) if type(entry[0]) is str else None
+        projection = by_key.get(entry[0]) if type(entry[0]) is str else None
         if projection is None or entry[1] != projection.version:
             continue  # retired or version-bumped: rebuilt by replay (below)
         if len(entry) != 6:
@@ -131,7 +138,7 @@ def _record(raw: Any) -> SessionRecord:
             rebuilding,
         )
     slots = {}
-    for projection in PROJECTIONS:
+    for projection in folds:
         slot = stored.get(projection.key)
         if slot is None:  # new or version-bumped: waits for a replay from seq 0
             slot = Slot(projection, projection.init(), rebuilding=seen >= 0)

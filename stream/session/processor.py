@@ -15,18 +15,29 @@ of the state, committed with it.
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from typing import Any, Final, NamedTuple
 
 from stream.contract.errors import ContractError, safe_text
 from stream.contract.events import Event
 from stream.contract.storage import ChunkRun
 from stream.projections.base import Projection
-from stream.projections.breakdown import CONTEXT_BREAKDOWN
+from stream.projections.breakdown import CONTEXT_BREAKDOWN, ContextBreakdown
 from stream.projections.pressure import CONTEXT_PRESSURE
 from stream.projections.usage import TOKEN_USAGE
 
-# Output order of the views in every update.
+# Output order of the views in every update; with the default limits.
 PROJECTIONS: Final[tuple[Projection, ...]] = (CONTEXT_PRESSURE, CONTEXT_BREAKDOWN, TOKEN_USAGE)
+MAX_SYSTEM_PROMPTS: Final = 1_000
+
+
+@lru_cache(maxsize=8)
+def projections(max_system_prompts: int = MAX_SYSTEM_PROMPTS) -> tuple[Projection, ...]:
+    """The projections a fold runs under its limits (``STREAM_MAX_SYSTEM_PROMPTS``): one
+    value per limit, passed to every record the fold makes, never a shared object changed."""
+    if max_system_prompts == MAX_SYSTEM_PROMPTS:
+        return PROJECTIONS
+    return (CONTEXT_PRESSURE, ContextBreakdown(max_system_prompts), TOKEN_USAGE)
 
 
 class Fault(NamedTuple):
@@ -103,8 +114,8 @@ class SessionRecord:
     gen: int = 0  # the session's own rebuild generation (a reset), 0: the deployment's
 
     @classmethod
-    def new(cls) -> "SessionRecord":
-        return cls({p.key: Slot(p, p.init()) for p in PROJECTIONS})
+    def new(cls, folds: tuple[Projection, ...] = PROJECTIONS) -> "SessionRecord":
+        return cls({p.key: Slot(p, p.init()) for p in folds})
 
     def __iter__(self) -> Iterator[Slot]:
         return iter(self.slots.values())

@@ -1564,12 +1564,11 @@ def pure_fold_of_topic(deployment: Deployment, limits: Any = None) -> PureFold:
                 r.topic(),
                 partition,
                 r.offset(),
-                None,
                 [(name, value) for name, value in (r.headers() or [])],
             )
             for r in found
         ]
-        result = fold_batch(messages, lambda key, handle: None, limits or CoreLimits())
+        result = fold_batch(messages, lambda key, partition: None, limits or CoreLimits())
         for change in result.sessions:
             updates[change.session_id] = change.update
             tally = change.tally

@@ -132,7 +132,7 @@ def test_a_rebuilt_view_of_the_same_seq_wins_and_an_older_build_does_not(redis_u
 class _NoKafka:
     """The publisher's Kafka side, unused here: only ``write_redis`` is exercised."""
 
-    def write_row(self, key: bytes, row: bytes, handle: object) -> Awaitable[Any]:
+    def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]:
         raise AssertionError("no Kafka in this test")
 
     def send_update(
@@ -188,7 +188,7 @@ def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
 
     async def scenario() -> None:
         sink = RedisSink(settings)
-        publisher: Publisher[Any] = Publisher(settings, _NoKafka(), sink, on_permanent=seen.append)
+        publisher = Publisher(settings, _NoKafka(), sink, on_permanent=seen.append)
         metrics = Metrics.create(settings)
         metrics.redis, metrics.recovered = publisher.state, True
         sessions = [f"s{i:03}" for i in range(100)]

@@ -1,6 +1,5 @@
 """What the worker's metrics and probes say about batches, stalls and control records."""
 
-from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -24,22 +23,11 @@ def value(m: Metrics, name: str, **labels: str) -> float | None:
     return m.registry.get_sample_value(name, labels or None)
 
 
-def event(message: Message[Any]) -> Any:
-    """What the agent hands over: a Faust event, as far as the metrics read it."""
-    return SimpleNamespace(
-        message=SimpleNamespace(partition=message.partition, offset=message.offset, timestamp=None)
-    )
-
-
-def batch(rows: dict[bytes, bytes], messages: list[Message[Any]], m: Metrics) -> Any:
-    handles = [
-        Message(x.key, x.value, x.topic, x.partition, x.offset, event(x), x.headers)
-        for x in messages
-    ]
-    result = fold_batch(handles, lambda key, _: rows.get(key))
+def batch(rows: dict[bytes, bytes], messages: list[Message], m: Metrics) -> Any:
+    result = fold_batch(messages, lambda key, _: rows.get(key))
     for change in result.sessions:
         rows[change.key] = change.row
-    m.observe_batch([h.handle for h in handles], result)
+    m.observe_batch(messages, result)
     return result
 
 
@@ -51,12 +39,12 @@ def test_a_reset_that_takes_a_tally_back_never_reaches_a_counter_as_negative() -
     rows: dict[bytes, bytes] = {}
     user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(3)]
     gap = orjson.dumps([user[0], user[2]])
-    batch(rows, [Message(b"s", gap, "events", 0, 0, 0)], m)
+    batch(rows, [Message(b"s", gap, "events", 0, 0)], m)
     assert value(m, "stream_sessions_faulted") == 1
     assert value(m, "stream_events_total", outcome="faulted") == 1
     repair = [
-        Message(b"s", b"", "events", 0, 1, 0, [(RESET_HEADER, b"2")]),
-        Message(b"s", orjson.dumps(user), "events", 0, 2, 0),
+        Message(b"s", b"", "events", 0, 1, [(RESET_HEADER, b"2")]),
+        Message(b"s", orjson.dumps(user), "events", 0, 2),
     ]
     batch(rows, repair, m)
     assert value(m, "stream_events_total", outcome="folded") == 4
@@ -74,7 +62,7 @@ def test_the_faulted_sessions_gauge_comes_from_the_rows_after_a_restart() -> Non
     rows: dict[bytes, bytes] = {}
     user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(3)]
     before = metrics()
-    batch(rows, [Message(b"s", orjson.dumps([user[0], user[2]]), "events", 0, 0, 0)], before)
+    batch(rows, [Message(b"s", orjson.dumps([user[0], user[2]]), "events", 0, 0)], before)
     after = metrics()  # a new process: nothing seen yet, the rows hold the truth
     for partition in after.census.assign([0]):
         for key in sorted(rows):

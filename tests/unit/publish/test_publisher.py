@@ -85,8 +85,8 @@ class FakeOutbox:
 
         return deliver()
 
-    def write_row(self, key: bytes, row: bytes, handle: Any) -> Awaitable[Any]:
-        return self._future("row", (key, row, handle))
+    def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]:
+        return self._future("row", (key, row, partition))
 
     def send_update(
         self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
@@ -160,11 +160,11 @@ def make(
     on_permanent: Callable[[BaseException], None] | None = None,
     max_pending: int = 500_000,
     max_pending_bytes: int = 0,
-) -> tuple[Publisher[int], FakeOutbox, FakeSink]:
+) -> tuple[Publisher, FakeOutbox, FakeSink]:
     settings = Settings(input_topic=TOPIC)
     outbox = outbox or FakeOutbox()
     sink = FakeSink(settings)
-    publisher: Publisher[int] = Publisher(
+    publisher: Publisher = Publisher(
         settings,
         outbox,
         sink,  # type: ignore[arg-type]
@@ -179,20 +179,20 @@ def user(seq: int) -> bytes:
     return orjson.dumps(build.user_message(seq, build.texts("abcd"), time=seq))
 
 
-def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult[int]:
+def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult:
     """A folded batch: each (session, n) gets events 0..n-1; ``junk`` unreadable messages."""
-    messages: list[Message[int]] = []
+    messages: list[Message] = []
     for session_id, n in sessions:
         for seq in range(n):
             offset = len(messages)
-            messages.append(Message(session_id.encode(), user(seq), TOPIC, 0, offset, offset))
+            messages.append(Message(session_id.encode(), user(seq), TOPIC, 0, offset))
     for _ in range(junk):
         offset = len(messages)
-        messages.append(Message(b"j", b"{torn", TOPIC, 0, offset, offset))
-    return fold_batch(messages, lambda key, handle: None)
+        messages.append(Message(b"j", b"{torn", TOPIC, 0, offset))
+    return fold_batch(messages, lambda key, partition: None)
 
 
-def pending(publisher: Publisher[int]) -> dict[str, tuple[int, int, int]]:
+def pending(publisher: Publisher) -> dict[str, tuple[int, int, int]]:
     return {s: u.version[:3] for s, u in publisher._pending.items()}
 
 
@@ -583,7 +583,7 @@ def test_an_outage_that_turns_into_oom_is_logged_again_and_labelled_oom(
 # --- the queue's bounds: sessions and bytes, released at the low-water mark -----------------------
 
 
-def queued_bytes(publisher: Publisher[int]) -> int:
+def queued_bytes(publisher: Publisher) -> int:
     return sum(entry_bytes(u) for u in publisher._pending.values())
 
 
@@ -777,7 +777,7 @@ def test_metrics_show_pending_bytes_oom_and_rejected_writes() -> None:
 # --- re-seed ------------------------------------------------------------------------------------
 
 
-def stored_rows(result: BatchResult[int]) -> list[tuple[bytes, bytes]]:
+def stored_rows(result: BatchResult) -> list[tuple[bytes, bytes]]:
     rows = [(c.key, c.row) for c in result.sessions]
     return rows + [(PARTITION_KEY, p.row) for p in result.partitions]
 

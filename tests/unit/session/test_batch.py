@@ -13,9 +13,9 @@ from stream.session import codec
 from stream.session.batch import PARTITION_KEY, Limits, Message, decode, fold_batch
 
 
-def msg(value: Any, key: bytes | None = b"s1", offset: int = 0) -> Message[int]:
+def msg(value: Any, key: bytes | None = b"s1", offset: int = 0) -> Message:
     raw = value if isinstance(value, bytes) else orjson.dumps(value)
-    return Message(key, raw, "events", 3, offset, offset)
+    return Message(key, raw, "events", 3, offset)
 
 
 def user(seq: int, text: str = "abcd") -> dict[str, Any]:
@@ -26,12 +26,12 @@ DEFAULT_LIMITS = Limits()
 
 
 def fold(
-    messages: list[Message[int]],
+    messages: list[Message],
     store: dict[bytes, bytes] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Any:
     store = {} if store is None else store
-    result = fold_batch(messages, lambda key, handle: store.get(key), limits)
+    result = fold_batch(messages, lambda key, partition: store.get(key), limits)
     for change in result.sessions:
         store[change.key] = change.row
     for part in result.partitions:
@@ -53,7 +53,7 @@ def fold(
     ],
 )
 def test_unreadable_messages_become_dead_letters_with_their_source(
-    message: Message[int], reason: str
+    message: Message, reason: str
 ) -> None:
     result = fold([message])
     assert result.counts.dead_lettered == 1 and result.counts.total == 1
@@ -99,7 +99,7 @@ def test_one_row_and_one_update_per_session_per_batch() -> None:
     result = fold([msg(user(i), key=k, offset=i) for i in range(3) for k in (b"a", b"b")])
     assert sorted(c.session_id for c in result.sessions) == ["a", "b"]
     assert all(c.update["seq"] == 2 for c in result.sessions)
-    assert all(c.handle == 0 for c in result.sessions)  # read and written via one partition
+    assert all(c.partition == 3 for c in result.sessions)  # read and written in its partition
 
 
 def test_a_pure_redelivery_rewrites_and_republishes() -> None:
@@ -185,7 +185,7 @@ def test_events_are_counted_by_type_runs_by_their_size() -> None:
 
 
 def test_a_tombstone_is_dead_lettered() -> None:
-    (letter,) = fold([Message(b"s1", None, "events", 3, 0, 0)]).dead_letters
+    (letter,) = fold([Message(b"s1", None, "events", 3, 0)]).dead_letters
     assert letter.reason.startswith("not JSON")
 
 
@@ -337,7 +337,7 @@ def test_a_huge_type_is_faulted_with_a_truncated_reason() -> None:
         (msg([user(i) for i in range(9)]), "segment of 9 events exceeds 8"),
     ],
 )
-def test_limits_dead_letter_with_a_clear_reason(message: Message[int], reason: str) -> None:
+def test_limits_dead_letter_with_a_clear_reason(message: Message, reason: str) -> None:
     limits = Limits(message_bytes=1_500, key_bytes=64, segment_events=8, dead_letter_bytes=100)
     result = fold([message], limits=limits)
     (letter,) = result.dead_letters
@@ -396,11 +396,11 @@ def test_an_unexpected_error_quarantines_only_that_message(
 
 
 def test_a_session_that_changes_partition_is_read_and_written_through_one() -> None:
-    a = Message(b"s1", orjson.dumps(user(0)), "events", 0, 0, 100)
-    b = Message(b"s1", orjson.dumps(user(1)), "events", 1, 0, 200)
-    result = fold_batch([a, b], lambda key, handle: None)
-    handles = sorted(c.handle for c in result.sessions)
-    assert handles == [100, 200]  # two rows, one per partition: never read here, written there
+    a = Message(b"s1", orjson.dumps(user(0)), "events", 0, 0)
+    b = Message(b"s1", orjson.dumps(user(1)), "events", 1, 0)
+    result = fold_batch([a, b], lambda key, partition: None)
+    partitions = sorted(c.partition for c in result.sessions)
+    assert partitions == [0, 1]  # two rows, one per partition: never read here, written there
     faults = [c.update.get("faults") for c in result.sessions]
     assert faults[1] is not None and "gap: expected seq 0, got 1" in str(faults[1])
 
@@ -413,8 +413,8 @@ def test_stored_rows_that_do_not_fit_the_schema_become_a_row_fault() -> None:
     assert "faults" not in clean.sessions[0].update  # from seq 0 it simply starts over
 
 
-def reset(gen: int, key: bytes = b"s1", offset: int = 0) -> Message[int]:
-    return Message(key, None, "events", 3, offset, offset, [("stream-reset", str(gen).encode())])
+def reset(gen: int, key: bytes = b"s1", offset: int = 0) -> Message:
+    return Message(key, None, "events", 3, offset, [("stream-reset", str(gen).encode())])
 
 
 def test_a_reset_starts_the_session_over_under_its_generation() -> None:
@@ -435,7 +435,7 @@ def test_a_reset_needs_a_key_and_a_generation() -> None:
     for message in (
         reset(0),
         reset(2, key=b""),
-        Message(b"s", None, "e", 0, 0, 0, [("stream-reset", b"x")]),
+        Message(b"s", None, "e", 0, 0, [("stream-reset", b"x")]),
     ):
         (letter,) = fold([message]).dead_letters
         assert "stream-reset needs" in letter.reason

@@ -41,26 +41,26 @@ class Store:
     def __init__(self) -> None:
         self.rows: dict[tuple[int, bytes], bytes] = {}
 
-    def fold(self, messages: list[Message[int]], limits: Limits = LIMITS) -> Any:
+    def fold(self, messages: list[Message], limits: Limits = LIMITS) -> Any:
         result = fold_batch(
             messages, lambda key, partition: self.rows.get((partition, key)), limits
         )
         for change in result.sessions:
-            self.rows[(change.handle, change.key)] = change.row
+            self.rows[(change.partition, change.key)] = change.row
         for part in result.partitions:
-            self.rows[(part.handle, PARTITION_KEY)] = part.row
+            self.rows[(part.partition, PARTITION_KEY)] = part.row
         return result
 
 
-def messages_of(raws: list[Raw], partitions: int = 3) -> list[Message[int]]:
+def messages_of(raws: list[Raw], partitions: int = 3) -> list[Message]:
     out = []
     for offset, (key, value, headers) in enumerate(raws):
         partition = hash(key) % partitions
-        out.append(Message(key, value, "events", partition, offset, partition, headers))
+        out.append(Message(key, value, "events", partition, offset, headers))
     return out
 
 
-def events_in(message: Message[Any], limits: Limits = LIMITS) -> int:
+def events_in(message: Message, limits: Limits = LIMITS) -> int:
     """The events a message holds as the contract reads it (a reset record holds none)."""
     _, items = decode(message, limits)
     return sum(
@@ -78,7 +78,7 @@ def all_integers(value: Any) -> list[int]:
     return []
 
 
-def check(result: Any, messages: list[Message[int]]) -> None:
+def check(result: Any, messages: list[Message]) -> None:
     """Every input accounted once; everything written is bytes JSON readers take exactly."""
     assert result.counts.total == sum(events_in(m) for m in messages)
     assert min(result.counts.as_dict().values()) >= 0
@@ -144,7 +144,7 @@ def usage_chunk(seq: int, tokens: int) -> dict[str, Any]:
 def test_a_segment_of_usage_samples_past_the_safe_range_faults_token_usage() -> None:
     events = [build.user_message(0, build.texts("hi"), time=0)]
     events += [usage_chunk(seq, MAX_SAFE) for seq in range(1, 2101)]
-    message = Message(b"s", orjson.dumps(events), "events", 0, 0, 0)
+    message = Message(b"s", orjson.dumps(events), "events", 0, 0)
     result = Store().fold([message])
     (change,) = result.sessions
     fault = change.update["faults"]["tokenUsage"]
@@ -176,7 +176,7 @@ def test_a_segment_of_usage_samples_past_the_safe_range_faults_token_usage() -> 
 def test_a_reset_generation_outside_one_to_two_to_the_53_is_dead_lettered(
     raw: bytes | None,
 ) -> None:
-    message = Message(b"s", b"", "events", 0, 0, 0, [(RESET_HEADER, raw)])
+    message = Message(b"s", b"", "events", 0, 0, [(RESET_HEADER, raw)])
     result = Store().fold([message])
     (letter,) = result.dead_letters
     assert "needs a generation in 1..9007199254740991" in letter.reason
@@ -184,7 +184,7 @@ def test_a_reset_generation_outside_one_to_two_to_the_53_is_dead_lettered(
 
 
 def test_the_largest_generation_is_taken_and_logged() -> None:
-    message = Message(b"s", b"", "events", 0, 5, 0, [(RESET_HEADER, str(MAX_GENERATION).encode())])
+    message = Message(b"s", b"", "events", 0, 5, [(RESET_HEADER, str(MAX_GENERATION).encode())])
     result = Store().fold([message])
     (note,) = result.resets
     assert (note.session_id, note.gen, note.previous, note.applied) == (
@@ -197,7 +197,7 @@ def test_the_largest_generation_is_taken_and_logged() -> None:
 
 
 def test_resets_can_be_refused() -> None:
-    message = Message(b"s", b"", "events", 0, 0, 0, [(RESET_HEADER, b"3")])
+    message = Message(b"s", b"", "events", 0, 0, [(RESET_HEADER, b"3")])
     (letter,) = Store().fold([message], Limits(resets=False)).dead_letters
     assert "STREAM_RESETS=off" in letter.reason
 
@@ -205,10 +205,10 @@ def test_resets_can_be_refused() -> None:
 def test_a_reset_after_a_gap_keeps_every_count_non_negative_and_retires_the_old_tally() -> None:
     store = Store()
     user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(4)]
-    store.fold([Message(b"s", orjson.dumps([user[0], user[2], user[3]]), "events", 0, 0, 0)])
+    store.fold([Message(b"s", orjson.dumps([user[0], user[2], user[3]]), "events", 0, 0)])
     repair = [
-        Message(b"s", b"", "events", 0, 1, 0, [(RESET_HEADER, b"2")]),
-        Message(b"s", orjson.dumps(user), "events", 0, 2, 0),
+        Message(b"s", b"", "events", 0, 1, [(RESET_HEADER, b"2")]),
+        Message(b"s", orjson.dumps(user), "events", 0, 2),
     ]
     result = store.fold(repair)
     assert result.counts.as_dict() == {
@@ -228,7 +228,7 @@ def test_a_reset_after_a_gap_keeps_every_count_non_negative_and_retires_the_old_
     (change,) = result.sessions
     assert "faults" not in change.update and change.tally.folded == 4
     # The same reset again is ignored, and logged as such.
-    (note,) = store.fold([Message(b"s", b"", "events", 0, 3, 0, [(RESET_HEADER, b"2")])]).resets
+    (note,) = store.fold([Message(b"s", b"", "events", 0, 3, [(RESET_HEADER, b"2")])]).resets
     assert not note.applied
 
 
@@ -248,11 +248,11 @@ def test_a_session_that_cannot_be_encoded_costs_only_the_message_that_broke_it(
     monkeypatch.setattr(batch_module.codec, "encode", fussy)
     user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(4)]
     messages = [
-        Message(b"s", orjson.dumps(user[0]), "events", 0, 0, 0),
-        Message(b"s", orjson.dumps(user[1]), "events", 0, 1, 0),
-        Message(b"t", orjson.dumps(user[0]), "events", 0, 2, 0),
-        Message(b"s", orjson.dumps(user[2]), "events", 0, 3, 0),
-        Message(b"s", orjson.dumps(user[3]), "events", 0, 4, 0),
+        Message(b"s", orjson.dumps(user[0]), "events", 0, 0),
+        Message(b"s", orjson.dumps(user[1]), "events", 0, 1),
+        Message(b"t", orjson.dumps(user[0]), "events", 0, 2),
+        Message(b"s", orjson.dumps(user[2]), "events", 0, 3),
+        Message(b"s", orjson.dumps(user[3]), "events", 0, 4),
     ]
     result = Store().fold(messages)
     assert result.quarantined == 1

@@ -4,14 +4,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream.cli import main
+from stream.config import Settings
 from stream.contract import build
 from stream.contract.events import read_event
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import open_log
+from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.session.batch import Message, fold_batch
 from stream.session.offline import BadLine, fold_lines
 from stream.session.processor import (
@@ -38,12 +41,32 @@ def test_a_log_ending_in_a_duplicate_publishes_the_highest_seq_seen(
     log.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
     assert main(["fold", str(log)]) == 0
     offline = orjson.loads(capsys.readouterr().out)
-    messages = [
-        Message(b"s", orjson.dumps(e), "t", 0, offset, offset) for offset, e in enumerate(events)
-    ]
-    worker = fold_batch(messages, lambda key, handle: None).sessions[0].update
+    messages = [Message(b"s", orjson.dumps(e), "t", 0, offset) for offset, e in enumerate(events)]
+    worker = fold_batch(messages, lambda key, partition: None).sessions[0].update
     assert offline["seq"] == worker["seq"] == 2
     assert offline == worker
+
+
+def test_stream_fold_and_the_worker_fold_under_the_same_limit(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STREAM_MAX_SYSTEM_PROMPTS reaches both paths as a parameter: the same faults, and no
+    shared projection object changed for whoever folds next."""
+    events = [build.system_message(seq, build.texts(f"prompt {seq}"), time=seq) for seq in range(3)]
+    log = tmp_path / "s.jsonl"
+    log.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
+    monkeypatch.setenv("STREAM_MAX_SYSTEM_PROMPTS", "1")
+    assert main(["fold", str(log)]) == 0
+    offline = orjson.loads(capsys.readouterr().out)
+    messages = [Message(b"s", orjson.dumps(e), "t", 0, offset) for offset, e in enumerate(events)]
+    limits = Settings.from_env().limits
+    worker = fold_batch(messages, lambda key, partition: None, limits).sessions[0].update
+    assert offline == worker
+    assert (
+        "would retain more than 1 system prompts" in worker["faults"]["contextBreakdown"]["error"]
+    )
+    assert CONTEXT_BREAKDOWN.max_prompts == 1_000
+    assert "faults" not in fold_batch(messages, lambda key, partition: None).sessions[0].update
 
 
 def test_unreadable_lines_are_reported_with_their_real_line_number(
