@@ -19,11 +19,37 @@ setup: $(STAMP) $(NATIVE) tests/oracle/node_modules/.installed
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-$(STAMP): pyproject.toml
+# The venv holds what the locks pin, every file checked against its hash (README:
+# "Dependencies and the lock files"): the build tools first (pip itself, setuptools, mypy
+# and orjson), then the dev lock (runtime + dev), then the project, editable, without its
+# dependencies and without an isolated build, so nothing unpinned is fetched. Rebuilt when
+# pyproject.toml or a lock changes.
+$(STAMP): pyproject.toml requirements-build.lock requirements-dev.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q --require-hashes -r requirements-build.lock
+	@$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
+	@$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
+
+# Regenerate the locks after editing the dependencies in pyproject.toml: pip-compile
+# (pip-tools, from a throwaway venv outside the project) with $(PYTHON), CPython 3.11 on
+# Linux x86_64. Pins already in a lock stay; LOCK_ARGS=--upgrade, or
+# LOCK_ARGS='--upgrade-package NAME', moves them. The runtime and build locks are resolved
+# within the dev lock, so the image runs the versions `make test` tested.
+LOCKTOOL ?= /tmp/context-stream-locktool
+PIP_TOOLS := pip-tools==7.6.2
+LOCK_HEADER := make lock   ($(PIP_TOOLS), CPython 3.11, Linux x86_64; README: "Dependencies and the lock files")
+PIP_COMPILE := CUSTOM_COMPILE_COMMAND='$(LOCK_HEADER)' $(LOCKTOOL)/bin/pip-compile --quiet \
+	--generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+	--no-emit-trusted-host --no-emit-find-links $(LOCK_ARGS)
+.PHONY: lock
+lock:
+	@test -x $(LOCKTOOL)/bin/pip-compile || ($(PYTHON) -m venv $(LOCKTOOL) \
+		&& $(LOCKTOOL)/bin/pip install -q '$(PIP_TOOLS)')
+	$(PIP_COMPILE) --extra dev --all-build-deps -o requirements-dev.lock pyproject.toml
+	$(PIP_COMPILE) -c requirements-dev.lock -o requirements.lock pyproject.toml
+	printf 'pip\nsetuptools\nmypy\norjson\n' \
+		| $(PIP_COMPILE) -c requirements-dev.lock -o requirements-build.lock -
 
 $(NATIVE): $(STAMP) $(NATIVE_SOURCES)
 	$(PY) -m stream.native build
@@ -66,8 +92,12 @@ chart: $(STAMP)
 
 # Every performance figure from one run, one table (docs/performance.md); bench-smoke is
 # the same code paths on small loads, under a minute, for CI.
+# Quix Streams (the bench extra) stays out of the locks: it caps confluent-kafka below the
+# locked version, so installing it moves the venv off the dev lock, and the stamp goes so
+# that the next `make setup` puts the venv back on the lock.
 bench: setup
-	@$(PY) -c 'import quixstreams' 2>/dev/null || $(PY) -m pip install -q -e '.[dev,bench]'
+	@$(PY) -c 'import quixstreams' 2>/dev/null && $(PY) -m pip check >/dev/null 2>&1 \
+		|| { $(PY) -m pip install -q --no-build-isolation -e '.[bench]' && rm -f $(STAMP); }
 	$(PY) -m benchmarks.run
 
 bench-smoke: setup

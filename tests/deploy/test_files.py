@@ -3,7 +3,8 @@
 Pure file checks (no Docker, no Kubernetes, no helm): the compose file and the chart may
 only set environment variables that `Settings.from_env` reads, on the ports it defaults
 to; the Dockerfile's entrypoint is the installed `stream` command and its final stage is
-slim and non-root. `make chart` renders and validates the chart itself.
+slim and non-root; its base is pinned by digest and its Python packages come from the locks,
+hash-checked. `make chart` renders and validates the chart itself.
 """
 
 from __future__ import annotations
@@ -117,6 +118,54 @@ def test_dockerfile_is_multi_stage_on_slim_python_311() -> None:
     assert any("--from=builder" in i.args for i in stages[-1] if i.keyword == "COPY"), (
         "the final stage copies the built environment from the builder"
     )
+
+
+def test_base_image_is_pinned_by_digest() -> None:
+    text = DOCKERFILE.read_text()
+    args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", text, flags=re.M))
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", args["PYTHON_IMAGE"])
+    for stage in _stages():
+        assert stage[0].args.split()[0] == "${PYTHON_IMAGE}", "every stage starts from the pin"
+    assert "docker buildx imagetools inspect python:3.11-slim-bookworm" in text, (
+        "the Dockerfile says how to refresh the digest"
+    )
+
+
+def _commands() -> list[str]:
+    """Every shell command of every RUN, split at ``&&``, ``||`` and ``;``."""
+    runs = [i.args for stage in _stages() for i in stage if i.keyword == "RUN"]
+    return [c.strip() for run in runs for c in re.split(r"&&|\|\||;", run) if c.strip()]
+
+
+def test_python_packages_come_from_the_locks_hash_checked() -> None:
+    pip = [c for c in _commands() if re.search(r"\bpip\s+(install|wheel|download)\b", c)]
+    assert pip
+    locks = set()
+    for command in pip:
+        words = command.split()
+        if "-r" in words:
+            assert "--require-hashes" in words, command
+            locks.add(words[words.index("-r") + 1])
+        elif "wheel" in words:  # the project's own wheel, from the build venv's setuptools
+            assert {"--no-deps", "--no-build-isolation"} <= set(words), command
+        else:  # the project's own wheel, built above
+            assert {"--no-deps", "--no-index"} <= set(words), command
+            assert all(w.startswith(("-", "/wheels/")) for w in words[words.index("install") + 1 :])
+    assert locks == {"requirements.lock", "requirements-build.lock"}
+    copied = {w for i in _stages()[0] if i.keyword == "COPY" for w in i.args.split()}
+    for lock in locks:
+        assert (ROOT / lock).is_file(), lock
+        assert lock in copied, f"the builder stage copies {lock}"
+
+
+def test_image_venv_is_the_runtime_lock_and_the_core_is_built_from_the_build_lock() -> None:
+    runs = [i.args for i in _stages()[0] if i.keyword == "RUN"]
+    (native,) = [r for r in runs if "stream.native build" in r]
+    assert "--require-hashes -r requirements-build.lock" in native, (
+        "mypyc runs with the locked mypy and orjson"
+    )
+    (image,) = [r for r in runs if "/opt/context-stream/bin/pip install" in r]
+    assert "/opt/context-stream/bin/pip install --require-hashes -r requirements.lock" in image
 
 
 def test_final_stage_has_no_build_tools() -> None:
