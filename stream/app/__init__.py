@@ -1,7 +1,12 @@
-"""The Faust application: the only package that imports faust or rocksdict.
+"""The worker's edge: the only package that imports faust or rocksdict.
 
-``faust -A stream.app worker`` finds ``app`` here; ``stream worker`` builds the same app
-after creating the topics it needs.
+- ``worker``: ``Worker``, the one start-up sequence and the commit order of a batch;
+- ``consumer``: Faust's consumer path in bulk (records to the agent, acks);
+- ``producer``: a batch's records out (``BatchSender``, ``Outbox``);
+- ``table``: the sessions table (the only private Faust/RocksDB access);
+- ``backoff``: aiokafka's clients and log lines while the broker is away.
+
+``faust -A stream.app worker`` finds ``app`` here, started as ``stream worker`` starts it.
 """
 
 from typing import Any
@@ -10,15 +15,9 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     # Built on first access, not at import, so `import stream.app.*` stays side-effect free.
     if name == "app":
-        from stream.app.service import build_app
+        from stream.app.worker import Worker
         from stream.config import Settings
-        from stream.ops.admin import ensure_topics
-        from stream.ops.control import worker_settings
 
-        settings = Settings.from_env()
-        # Same start-up as `stream worker`: the table needs the input's partition count,
-        # the local state its epoch check, the updates the control record's generation.
-        partitions = ensure_topics(settings)
-        globals()["app"] = built = build_app(*worker_settings(settings)[:1], partitions)
+        globals()["app"] = built = Worker.start(Settings.from_env()).app
         return built
     raise AttributeError(name)

@@ -49,22 +49,17 @@ def run_worker(args: argparse.Namespace) -> int:
     import faust
     from confluent_kafka import KafkaException
 
-    from stream.app.service import build_app
-    from stream.ops.admin import ensure_topics
-    from stream.ops.control import worker_settings
+    from stream.app.worker import Worker
 
     settings = Settings.from_env()
     try:
-        partitions = ensure_topics(settings)
-        # Before Faust opens RocksDB: drop state a rebuild discarded, take its generation.
-        settings, problems = worker_settings(settings)
+        app = Worker.start(settings).app
     except (KafkaException, RuntimeError) as error:
         print(
             f"stream worker: cannot prepare topics on {settings.bootstrap_servers}: {error}",
             file=sys.stderr,
         )
         return 1
-    app = build_app(settings, partitions, problems)
     level = args.loglevel.upper()
     options: dict[str, Any] = {}
     if settings.log_format == "json":

@@ -1,4 +1,4 @@
-"""The worker's aiokafka clients while the broker is away (stream.app.transport), without a
+"""The worker's aiokafka clients while the broker is away (stream.app.backoff), without a
 broker: a client whose only broker is a closed port, and aiokafka's own producer sender
 driving it exactly as in the outage (a record queued for a partition whose leader is
 unknown); and the filter that rate-limits aiokafka's repeated log lines."""
@@ -19,8 +19,9 @@ from aiokafka.cluster import BrokerMetadata  # type: ignore[import-untyped]
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 from mode.utils.logging import ExtensionFormatter
 
-from stream.app import transport
-from stream.app.service import build_app
+from stream.app import backoff as app_backoff
+from stream.app import producer as app_producer
+from stream.app.worker import build_app
 from stream.config import Settings
 
 BACKOFF_MS = 100
@@ -40,7 +41,7 @@ def _stranded_producer(port: int, backoff: bool) -> Any:
     """A producer whose cluster metadata knows one broker (on ``port``) and no partition
     leaders, with its metadata synchronizer running: what the worker's producer is left
     with when the broker goes away while records are queued."""
-    kind = transport.BackoffAIOKafkaProducer if backoff else transport.aiokafka.AIOKafkaProducer
+    kind = app_producer.BackoffAIOKafkaProducer if backoff else aiokafka.AIOKafkaProducer
     producer = kind(bootstrap_servers=f"127.0.0.1:{port}", retry_backoff_ms=BACKOFF_MS)
     client = producer.client
     client.cluster._brokers = {1: BrokerMetadata(1, "127.0.0.1", port, None)}
@@ -109,10 +110,10 @@ def test_a_failed_update_resolves_after_the_backoff_a_good_one_at_once(
             return result
 
         monkeypatch.setattr(AIOKafkaClient, "_metadata_update", update)
-        client = transport.with_backoff(
+        client = app_backoff.with_backoff(
             AIOKafkaClient(bootstrap_servers=f"127.0.0.1:{closed_port}", retry_backoff_ms=100)
         )
-        assert isinstance(client, transport.BackoffClient)
+        assert isinstance(client, app_backoff.BackoffClient)
         started = time.monotonic()
         assert await client._metadata_update(client.cluster, set()) is result
         return time.monotonic() - started
@@ -136,13 +137,13 @@ def test_the_worker_builds_both_clients_with_backoff(tmp_path: Path) -> None:
             owner._closed = True  # never started: nothing else to stop
         return made
 
-    assert [type(c) for c in asyncio.run(clients())] == [transport.BackoffClient] * 2
+    assert [type(c) for c in asyncio.run(clients())] == [app_backoff.BackoffClient] * 2
     for name in ("aiokafka", "aiokafka.consumer.fetcher", "aiokafka.producer.sender"):
-        assert any(isinstance(f, transport.RepeatFilter) for f in logging.getLogger(name).filters)
+        assert any(isinstance(f, app_backoff.RepeatFilter) for f in logging.getLogger(name).filters)
 
 
 def test_aiokafka_is_the_version_the_backoff_client_was_written_against() -> None:
-    assert aiokafka.__version__ == transport.AIOKAFKA_VERSION
+    assert aiokafka.__version__ == app_backoff.AIOKAFKA_VERSION
 
 
 # --- the repeat filter -----------------------------------------------------------------------
@@ -162,7 +163,7 @@ def _record(msg: str, *args: Any, level: int = logging.ERROR, name: str = "aioka
 
 def test_repeat_filter_lets_the_first_through_then_one_per_period_with_a_count() -> None:
     clock = Clock()
-    repeat = transport.RepeatFilter(every=10.0, clock=clock)
+    repeat = app_backoff.RepeatFilter(every=10.0, clock=clock)
     template = "Unable connect to node with id %s: %s"
     passed = []
     for _ in range(320):  # 320 failures in 20 s (steps exact in binary)
@@ -189,7 +190,7 @@ def test_repeat_filter_lets_the_first_through_then_one_per_period_with_a_count()
 
 
 def test_repeat_filter_keys_by_logger_and_template_and_spares_info() -> None:
-    repeat = transport.RepeatFilter(every=10.0, clock=Clock())
+    repeat = app_backoff.RepeatFilter(every=10.0, clock=Clock())
     assert repeat.filter(_record("Unable to update metadata from %s", [1]))
     assert not repeat.filter(_record("Unable to update metadata from %s", [2]))
     assert repeat.filter(_record("Unable connect to node with id %s: %s", 1, "x"))
@@ -199,11 +200,11 @@ def test_repeat_filter_keys_by_logger_and_template_and_spares_info() -> None:
 
 
 def test_repeat_filter_on_aiokafka_loggers_once(caplog: pytest.LogCaptureFixture) -> None:
-    first = transport.quiet_aiokafka()
-    assert transport.quiet_aiokafka() is first
-    for name in transport.AIOKAFKA_LOGGERS:
+    first = app_backoff.quiet_aiokafka()
+    assert app_backoff.quiet_aiokafka() is first
+    for name in app_backoff.AIOKAFKA_LOGGERS:
         filters = logging.getLogger(name).filters
-        assert sum(isinstance(f, transport.RepeatFilter) for f in filters) == 1
+        assert sum(isinstance(f, app_backoff.RepeatFilter) for f in filters) == 1
     first._seen.clear()
     with caplog.at_level(logging.ERROR, logger="aiokafka"):
         for _ in range(100):

@@ -1,5 +1,6 @@
-"""The bulk consumer path (stream.app.transport) without a broker: what it hands the agent,
-what it tracks, how a batch's records are grouped and their deliveries resolved."""
+"""The bulk consumer path (stream.app.consumer, stream.app.producer) without a broker:
+what it hands the agent, what it tracks, how a batch's records are grouped and their
+deliveries resolved."""
 
 import asyncio
 from dataclasses import dataclass, field
@@ -10,8 +11,9 @@ import faust
 import pytest
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from stream.app import transport
-from stream.app.service import build_app
+from stream.app import consumer as app_consumer
+from stream.app import producer as app_producer
+from stream.app.worker import build_app
 from stream.config import Settings
 
 # --- batches ------------------------------------------------------------------------------------
@@ -102,7 +104,7 @@ def test_a_batch_is_what_has_arrived_up_to_the_maximum() -> None:
         stream = FakeStream(FakeApp())
         for event in _events(7):
             stream.channel.queue.put_nowait(event)
-        taken = transport.batches(stream, 5)
+        taken = app_consumer.batches(stream, 5)
         return [await anext(taken), await anext(taken)]
 
     first, second = asyncio.run(run())
@@ -118,7 +120,7 @@ def test_taken_messages_are_tracked_once_and_not_acked() -> None:
         events[1].message.tracked = True  # already tracked: not tracked again
         for event in events:
             stream.channel.queue.put_nowait(event)
-        return app, await anext(transport.batches(stream, 10))
+        return app, await anext(app_consumer.batches(stream, 10))
 
     app, batch = asyncio.run(run())
     assert len(batch) == 3 and not any(e.acked for e in batch)
@@ -133,7 +135,7 @@ def test_events_of_an_older_generation_are_dropped_untracked_and_unacked() -> No
         stale, fresh = _events(2, generation=1), _events(2, generation=2, start=2)
         for event in stale + fresh:
             stream.channel.queue.put_nowait(event)
-        return app, stale, await anext(transport.batches(stream, 10))
+        return app, stale, await anext(app_consumer.batches(stream, 10))
 
     app, stale, batch = asyncio.run(run())
     assert [e.message.offset for e in batch] == [2, 3]
@@ -147,7 +149,7 @@ def test_events_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_gen
         stream = FakeStream(app)
         for event in _events(2, generation=1) + _events(1, generation=2, start=2):
             stream.channel.queue.put_nowait(event)
-        pending = asyncio.ensure_future(anext(transport.batches(stream, 10)))
+        pending = asyncio.ensure_future(anext(app_consumer.batches(stream, 10)))
         await asyncio.sleep(0.01)
         assert not pending.done()  # held while the flow is suspended
         app.consumer_generation_id = 2  # the rebalance that suspended it moved on
@@ -162,7 +164,7 @@ def test_resuming_flow_control_does_not_drop_queued_events() -> None:
         flow = FlowControlEvent(initially_suspended=False)
         app = FakeApp()
         stream = FakeStream(app, FakeChannel(flow))
-        taken = transport.batches(stream, 10)
+        taken = app_consumer.batches(stream, 10)
         first = asyncio.ensure_future(anext(taken))
         await asyncio.sleep(0)  # the agent holds its queue now
         stream.channel.queue.put_nowait(_events(1)[0])
@@ -182,7 +184,7 @@ def test_linger_waits_for_more_events() -> None:
         queue = stream.channel.queue
         queue.put_nowait(_events(1)[0])
         asyncio.get_running_loop().call_later(0.01, queue.put_nowait, _events(1, start=1)[0])
-        return await anext(transport.batches(stream, 10, linger=0.2))
+        return await anext(app_consumer.batches(stream, 10, linger=0.2))
 
     assert [e.message.offset for e in asyncio.run(run())] == [0, 1]
 
@@ -191,7 +193,7 @@ def test_a_closing_channel_ends_the_batches() -> None:
     async def run() -> list[Any]:
         stream = FakeStream(FakeApp())
         await stream.channel.queue.throw(StopAsyncIteration())
-        return [batch async for batch in transport.batches(stream, 10)]
+        return [batch async for batch in app_consumer.batches(stream, 10)]
 
     assert asyncio.run(run()) == []
 
@@ -212,7 +214,7 @@ def test_ack_releases_each_message_and_acks_it_on_its_last_reference() -> None:
 
     last, shared, done = Message(1), Message(2), Message(1, acked=True)
     consumer = Consumer()
-    transport.ack([FakeEvent(m) for m in (last, shared, done)], consumer)
+    app_consumer.ack([FakeEvent(m) for m in (last, shared, done)], consumer)
     assert consumer.acked == [last]
     assert shared.refcount == 1 and not shared.acked  # another channel still holds it
     assert done.refcount == 1  # already acked: untouched
@@ -298,7 +300,7 @@ def test_records_leave_grouped_by_topic_partition_in_few_batches() -> None:
         persisted.append((partition, offset))
 
     async def run() -> None:
-        sender = transport.BatchSender(FakeProducerApp(producer))
+        sender = app_producer.BatchSender(FakeProducerApp(producer))
         futures = [sender.add("rows", i % 2, b"k%d" % i, b"v", on_sent=persist) for i in range(8)]
         futures += [sender.add("out", None, b"x" * n, b"u", [("gen", b"1")]) for n in (1, 2, 4)]
         await asyncio.gather(*futures)
@@ -317,7 +319,7 @@ def test_a_failed_delivery_fails_every_record_of_it() -> None:
     producer = FakeProducer(fail=True)
 
     async def run() -> list[Any]:
-        sender = transport.BatchSender(FakeProducerApp(producer))
+        sender = app_producer.BatchSender(FakeProducerApp(producer))
         futures = [sender.add("rows", 0, b"k", b"v") for _ in range(2)]
         return await asyncio.gather(*futures, return_exceptions=True)
 
@@ -329,7 +331,7 @@ def test_a_record_that_fits_no_batch_fails_the_send_loudly() -> None:
     producer = FakeProducer(capacity=0)
 
     async def run() -> list[Any]:
-        sender = transport.BatchSender(FakeProducerApp(producer))
+        sender = app_producer.BatchSender(FakeProducerApp(producer))
         return await asyncio.gather(sender.add("rows", 0, b"k", b"v"), return_exceptions=True)
 
     (outcome,) = asyncio.run(run())
@@ -340,7 +342,7 @@ def test_a_record_that_fits_no_batch_fails_the_send_loudly() -> None:
 
 
 def test_the_lean_monitor_keeps_only_what_the_slow_stream_check_reads() -> None:
-    monitor = transport.LeanMonitor()
+    monitor = app_consumer.LeanMonitor()
     monitor.on_message_in(("in", 0), 5, object())
     assert monitor.messages_received_total == 0
     monitor.on_stream_event_in(("in", 0), 5, object(), object())
@@ -351,14 +353,14 @@ def test_the_lean_monitor_keeps_only_what_the_slow_stream_check_reads() -> None:
 def test_the_worker_app_takes_the_bulk_consumer_path(tmp_path: Path) -> None:
     settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
     app = build_app(settings, 2)
-    assert isinstance(app.transport, transport.BulkTransport)
-    assert app.transport.Consumer is transport.BulkConsumer
+    assert isinstance(app.transport, app_consumer.BulkTransport)
+    assert app.transport.Consumer is app_consumer.BulkConsumer
     assert app.transport.bulk_topics == frozenset({"events-in"})
-    assert app.conf.Monitor is transport.LeanMonitor
+    assert app.conf.Monitor is app_consumer.LeanMonitor
 
 
 def test_faust_is_the_version_the_bulk_consumer_was_written_against() -> None:
-    assert faust.__version__ == transport.FAUST_VERSION
+    assert faust.__version__ == app_consumer.FAUST_VERSION
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from stream.app.service import build_app
+from stream.app.worker import build_app
 from stream.config import Settings
 
 

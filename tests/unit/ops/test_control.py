@@ -1,6 +1,5 @@
 """The control record, the rebuild plan and the worker's ``prepare_state`` (no broker)."""
 
-import ast
 from pathlib import Path
 
 import orjson
@@ -28,17 +27,11 @@ from stream.ops.control import (
 from stream.ops.offsets import Earliest, PartitionOffsets, plan_reset
 
 
-def test_table_name_is_the_apps() -> None:
-    # Parsed, not imported: importing the app module imports faust.
-    source = (Path(stream.__file__).parent / "app" / "service.py").read_text()
-    names = {
-        target.id: node.value.value
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
-    assert names["TABLE_NAME"] == TABLE
+def test_the_table_takes_its_name_from_the_control_module() -> None:
+    # Parsed, not imported: importing the app module imports faust. One name, one home.
+    source = (Path(stream.__file__).parent / "app" / "table.py").read_text()
+    assert "from stream.ops.control import TABLE" in source
+    assert changelog_topic(Settings(app_id="ctx")) == f"ctx-{TABLE}-changelog"
 
 
 def test_topic_names() -> None:

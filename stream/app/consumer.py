@@ -1,0 +1,397 @@
+"""The worker's consumer: Faust's consumer path, in bulk, instead of the per-message path.
+
+Written against faust-streaming 0.15.3 (pinned in pyproject.toml); it overrides one
+method of the aiokafka driver's consumer and reads a few private attributes, listed in
+docs/notes/010-bulk-consumer-path.md with what would make it upstreamable.
+
+Stock Faust hands every fetched record on one at a time: ``Consumer._drain_messages``
+wraps each in ``wait_first`` (four tasks per record), the conductor takes a lock and
+decodes it through the serializer registry, and the stream iterator sleeps, runs sensors
+and acks per event. At a few thousand records per second that path, not the fold, is
+the worker's CPU (docs/performance.md). Three levers take it out, keeping what Faust
+guarantees:
+
+- ``BulkConsumer``: for the topics named in ``bulk_topics`` (the agent's input), every
+  record of one fetch is checked against the read offset exactly as Faust does (gaps,
+  ``commit_every``), turned into an event once (raw bytes need no decoding) and put on
+  the subscribing channels' queues in one pass. The queues are Faust's own: bounded, the
+  partition paused at high pressure (the agent's is kept out of flow control's clearing:
+  ``_keep_on_resume``). A full queue waits — for room or for the rebalance that suspends
+  the flow, as Faust's ``wait_first`` does. Records fetched before a rebalance or a seek
+  are dropped without moving the read offset, so they are fetched again. Other topics
+  take Faust's path.
+- ``batches``: the agent drains its channel's queue in bulk instead of iterating the
+  stream: up to ``max_`` events, whatever has arrived when the agent is free (the batch
+  grows with the load by itself). Events taken while flow control is suspended wait for
+  it to resume; those of an older consumer generation are then dropped unacked (the
+  rebalance seeks back: they are fetched again from the committed offset). Each taken
+  message is tracked (``Consumer.track_message``) before the batch is handed out, so
+  ``stream_wait_empty`` still waits for it at a rebalance or shutdown; the caller acks
+  with ``ack`` after the batch is delivered. Offsets, commits and the producer flush
+  before a commit stay Faust's.
+- ``LeanMonitor``: the monitor's per-message and per-send bookkeeping (dicts, deques,
+  clock reads) turned off; lag, commits, rebalances and the slow-stream check stay.
+
+``use_uvloop`` installs uvloop's event loop policy (the worker's loop and the consumer
+thread's both take it).
+
+``install`` gives the app this consumer and the producer of ``stream.app.producer``, both
+on the backoff clients of ``stream.app.backoff``.
+"""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from faust.sensors.monitor import Monitor
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+from faust.types.tuples import ack_lock
+
+from stream.app.backoff import quiet_aiokafka, with_backoff
+from stream.app.producer import BackoffProducer
+
+FAUST_VERSION = "0.15.3"  # what BulkConsumer overrides and reads was written against
+
+
+def use_uvloop() -> bool:
+    """uvloop's event loop policy for loops created from now on; False if unavailable."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a dependency of the worker (faust[uvloop])
+        return False
+    if not isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy):
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+class LeanMonitor(Monitor):
+    """Faust's monitor without its per-message and per-send bookkeeping.
+
+    Kept: end offsets (lag), commits, rebalances, assignment, and ``stream_inbound_time``
+    (the consumer's slow-stream check reads it; ``batches`` stamps it once per batch).
+    """
+
+    def on_message_in(self, tp: Any, offset: int, message: Any) -> None:
+        pass
+
+    def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> None:
+        self.stream_inbound_time[tp] = time.monotonic()
+
+    def on_stream_event_out(
+        self, tp: Any, offset: int, stream: Any, event: Any, state: Any = None
+    ) -> None:
+        pass
+
+    def on_message_out(self, tp: Any, offset: int, message: Any) -> None:
+        pass
+
+    def on_table_get(self, table: Any, key: Any) -> None:
+        pass
+
+    def on_table_set(self, table: Any, key: Any, value: Any) -> None:
+        pass
+
+    def on_send_initiated(
+        self, producer: Any, topic: str, message: Any, keysize: int, valsize: int
+    ) -> Any:
+        return None
+
+    def on_send_completed(self, producer: Any, state: Any, metadata: Any) -> None:
+        pass
+
+    def on_send_error(self, producer: Any, exc: BaseException, state: Any) -> None:
+        pass
+
+
+def _is_raw(channel: Any) -> bool:
+    """Whether Faust would hand this channel the record's key and value bytes unchanged."""
+    schema = getattr(channel, "schema", None)
+    if schema is None:
+        return False
+    return (
+        schema.key_type is bytes
+        and schema.value_type is bytes
+        and schema.key_serializer in ("raw", None)
+        and schema.value_serializer in ("raw", None)
+    )
+
+
+class BulkConsumer(faust_aiokafka.Consumer):
+    """The aiokafka driver's consumer, handing records of the transport's ``bulk_topics``
+    over in bulk."""
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - broker
+        # Faust's loop (Consumer._drain_messages with Consumer.getmany inlined, 0.15.3):
+        # the same checks per fetch (flow, generation, active partitions) and per record
+        # (read offset, gaps, commit_every), the end offset tracked once per partition
+        # instead of per record, and records of bulk topics handed over once per fetch.
+        callback = self.callback
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        get_read_offset = self._read_offset.__getitem__
+        set_read_offset = self._read_offset.__setitem__
+        set_flag = self.diag.set_flag
+        unset_flag = self.diag.unset_flag
+        commit_every = self._commit_every
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        to_message = self._to_message
+        app = self.app
+        bulk_topics: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                set_flag(CONSUMER_FETCHING)
+                records, active = await self._wait_next_records(1.0)
+                generation = app.consumer_generation_id
+                await self.sleep(0)
+                if records is None or self.should_stop:
+                    continue
+                if not self.flow_active:
+                    self.log.dev("fetched while flow not active: seek back to committed")
+                    try:
+                        await self.perform_seek()
+                    except Exception as ex:
+                        self.log.warning(f"exception performing seek when flow not active {ex}")
+                    continue
+                epoch = self._seek_epoch
+                pending: list[Any] = []
+                for tp, batch in records.items():
+                    if not self.flow_active or app.consumer_generation_id != generation:
+                        break  # as getmany: the rest is fetched again after the rebalance
+                    if not (active is None or tp in active or tp in self._buffered_partitions):
+                        continue
+                    app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                    bulk = tp.topic in bulk_topics
+                    r_offset = get_read_offset(tp)
+                    for record in batch:
+                        message = to_message(tp, record)
+                        offset = message.offset
+                        if r_offset is not None and offset < r_offset:
+                            continue  # already read (Faust logs "DROPPED MESSAGE ROFF")
+                        if r_offset and offset - r_offset > 1 and acks_enabled_for(tp.topic):
+                            await self._add_gap(tp, r_offset + 1, offset)
+                        if commit_every is not None and self._n_acked >= commit_every:
+                            self._n_acked = 0
+                            await self.commit()
+                        if bulk:
+                            pending.append(message)
+                        else:
+                            if pending:
+                                await self._hand_over(pending, epoch)
+                                pending = []
+                            await self.wait_first(callback(message), self.suspend_flow.wait())
+                            set_read_offset(tp, offset)
+                        r_offset = offset
+                if pending:
+                    await self._hand_over(pending, epoch)
+                unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            unset_flag(CONSUMER_FETCHING)
+
+    def _new_consumer_thread(self) -> "BackoffConsumerThread":
+        return BackoffConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    _seek_epoch = 0  # bumped by every seek: records fetched before it are fetched again
+
+    async def perform_seek(self) -> None:
+        self._seek_epoch += 1
+        await super().perform_seek()
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        self._seek_epoch += 1
+        await super().seek(partition, offset)
+
+    async def _hand_over(self, messages: list[Any], epoch: int) -> None:  # pragma: no cover
+        """What the conductor does per record (``ConductorHandler``), once per fetch, and
+        what the drain loop does after it: the record's offset becomes the read offset.
+
+        Records of an older consumer generation, or fetched before a seek, are dropped
+        without touching the read offsets: the consumer fetches them again from where the
+        rebalance or the seek put it (a read offset set after the seek would skip them).
+        """
+        app = self.app
+        await app.flow_control.acquire()  # held here while a rebalance suspends the flow
+        await app.producer.buffer.wait_until_ebb()
+        index = app.topics._tp_index  # type: ignore[attr-defined]
+        create_event = app.create_event
+        generation = app.consumer_generation_id
+        pressure: dict[Any, tuple[Callable[[], None], Callable[[], None]]]
+        pressure = self.__dict__.setdefault("_bulk_pressure_callbacks", {})
+        read_offset = self._read_offset
+        for message in messages:
+            if message.generation_id != generation or self._seek_epoch != epoch:
+                return  # a rebalance or a seek: the rest is fetched again after it
+            tp = message.tp
+            channels = index.get(tp)
+            if not channels:
+                read_offset[tp] = message.offset
+                continue
+            message.incref(len(channels))
+            callbacks = pressure.get(tp)
+            if callbacks is None:
+                callbacks = pressure[tp] = self._pressure_callbacks(tp)
+            high, drop = callbacks
+            for channel in channels:
+                if _is_raw(channel):
+                    event = create_event(message.key, message.value, message.headers, message)
+                else:
+                    event = await channel.decode(message, propagate=False)
+                    if event is None:  # a decode error, reported by the channel; as Faust
+                        message.ack(self)  # does, that channel's reference is released
+                        continue
+                queue = channel.queue
+                if queue.full():
+                    app.sensors.on_topic_buffer_full(message.tp)
+                    await self.wait_first(channel.put(event), self.suspend_flow.wait())
+                    if self.suspend_flow.is_set() or self._seek_epoch != epoch:
+                        return
+                else:
+                    queue.put_nowait_enhanced(event, on_pressure_high=high, on_pressure_drop=drop)
+            read_offset[tp] = message.offset
+
+    def _pressure_callbacks(self, tp: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+        """The conductor's per-partition callbacks: pause fetching at high pressure."""
+        on_topic_buffer_full = self.app.sensors.on_topic_buffer_full
+        tp = TP(tp.topic, tp.partition)  # Faust's TP: the consumer's sets hold only those
+
+        def high() -> None:
+            on_topic_buffer_full(tp)
+            self.on_buffer_full(tp)
+
+        def drop() -> None:
+            self.on_buffer_drop(tp)
+
+        return high, drop
+
+
+class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread, its aiokafka consumer on a ``BackoffClient`` (the fetcher
+    and the group coordinator share the consumer's client)."""
+
+    def _create_consumer(self, loop: asyncio.AbstractEventLoop) -> Any:
+        consumer = super()._create_consumer(loop)
+        with_backoff(consumer._client)
+        return consumer
+
+
+class BulkTransport(faust_aiokafka.Transport):
+    Consumer = BulkConsumer
+    Producer = BackoffProducer
+    bulk_topics: frozenset[str] = frozenset()
+
+
+def install(app: Any, topics: Iterable[str]) -> None:
+    """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
+    backoff clients, and aiokafka's repeated log lines rate-limited."""
+    transport = BulkTransport(app.conf.broker_consumer, app)
+    transport.bulk_topics = frozenset(topics)
+    app.transport = transport
+    quiet_aiokafka()
+
+
+async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[list[Any]]:
+    """Batches of events from the agent's channel, each message tracked, none acked.
+
+    A batch is what has arrived when the agent asks, up to ``max_`` events; with
+    ``linger`` > 0 an incomplete batch waits up to that long for more. The caller acks
+    every event of a batch (``ack``) once it is delivered.
+    """
+    app = stream.app
+    channel = aiter(stream.channel)  # subscribes the channel, as iterating the stream does
+    queue = channel.queue
+    consumer = app.consumer
+    _keep_on_resume(queue)
+    track = consumer.track_message
+    flow_active = app.flow_control.is_active
+    acking_topics = app.topics.acking_topics
+    inbound = app.monitor.stream_inbound_time
+    loop = asyncio.get_running_loop()
+    while not stream.should_stop:
+        try:
+            events = [await queue.get()]
+        except StopAsyncIteration:  # the channel is closing (shutdown)
+            return
+        if linger > 0 and queue.qsize() + 1 < max_:
+            deadline = loop.time() + linger
+            while queue.qsize() + 1 < max_:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(remaining, 0.005))
+        while len(events) < max_ and not queue.empty():
+            events.append(queue.get_nowait())
+        if not flow_active():
+            # A rebalance (or recovery) holds the flow: wait it out, then keep what is still
+            # of the current generation (a rebalance moves it on and seeks back).
+            await app.flow_control.acquire()
+        taken: list[Any] = []
+        generation = app.consumer_generation_id
+        now = time.monotonic()
+        for event in events:
+            message = event.message
+            if message.generation_id != generation:
+                continue  # stale: fetched again from the committed offset
+            if message.topic in acking_topics and not message.tracked:
+                message.tracked = True
+                track(message)
+            inbound[message.tp] = now
+            taken.append(event)
+        if taken:
+            yield taken
+
+
+def _keep_on_resume(queue: Any) -> None:
+    """Take the agent's queue out of flow control's clearing.
+
+    Faust clears every channel queue whenever flow control resumes (``clear_on_resume``)
+    and on a revoke, and table recovery resumes it *after* seeking the stream partitions
+    to their committed offsets: records queued in between are dropped while the read
+    offset says they were read, so they are never fetched again until the next rebalance
+    (stock Faust has this window too). ``batches`` already drops what a rebalance made
+    stale (by consumer generation), and a seek in the same generation only brings
+    duplicates, so this queue keeps its events. (mode-streaming 0.7.1 internals.)
+    """
+    queue._clear_on_resume = False
+    queue._flow_control._queues.discard(queue)  # app.flow_control, for a Faust channel
+
+
+def ack(events: Iterable[Any], consumer: Any) -> None:
+    """Ack delivered events: ``Event.ack`` (the message's reference count, and on its last
+    reference ``Consumer.ack``: the offset becomes committable), one frame per event."""
+    consumer_ack = consumer.ack
+    with ack_lock:  # what Message.ack holds; re-entered by Consumer.ack
+        for event in events:
+            message = event.message
+            if message.acked:
+                continue
+            refcount = message.refcount = max(message.refcount - 1, 0)
+            if not refcount:
+                consumer_ack(message)
+
+
+__all__ = [
+    "FAUST_VERSION",
+    "BackoffConsumerThread",
+    "BulkConsumer",
+    "BulkTransport",
+    "LeanMonitor",
+    "ack",
+    "batches",
+    "install",
+    "use_uvloop",
+]

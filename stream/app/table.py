@@ -1,0 +1,68 @@
+"""The sessions table: Faust's RocksDB-backed table with its Kafka changelog, read and
+written directly by the worker. The one module allowed Faust's and RocksDB's private
+parts (``_db_for_partition``, ``_dbs``, ``_visible_items``).
+
+Rows are the core's own codec bytes (``session.codec``), keyed by session id in the
+partition of the input events they fold (docs/notes/002); a partition's own row sits
+under ``session.batch.PARTITION_KEY``.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from stream.ops.control import TABLE
+
+RAW: dict[str, Any] = {
+    "key_type": bytes,
+    "value_type": bytes,
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+}
+
+
+class SessionTable:
+    def __init__(self, app: faust.App, partitions: int) -> None:
+        table = app.Table(
+            TABLE,
+            default=None,
+            partitions=partitions,
+            schema=faust.Schema(**RAW),
+            options={"driver": "rocksdict"},
+        )
+        # Faust picks a table's serializers from its key/value *types* (json unless the
+        # type is a Model), ignoring the schema's, and registering the table already built
+        # its changelog topic with them. Rows are our codec's bytes: stored and recovered raw.
+        table.key_serializer = table.value_serializer = "raw"  # type: ignore[attr-defined]
+        table.changelog_topic = table._new_changelog_topic()  # type: ignore[attr-defined]
+        self.table: Any = table
+        self.changelog: str = table.changelog_topic.get_topic_name()
+
+    def load(self, key: bytes, partition: int) -> bytes | None:
+        """The stored row under ``key`` in ``partition`` (the core's ``load``)."""
+        row: bytes | None = self.table.data._db_for_partition(partition).get(key)
+        return row
+
+    def put(self, key: bytes, row: bytes, partition: int) -> None:
+        """Into the partition's local store; its changelog record is the producer's."""
+        self.table.data._db_for_partition(partition).put(key, row)
+
+    def persisted(self, partition: int, offset: int) -> None:
+        """The changelog holds the store's rows up to ``offset``. What Faust's
+        ``Table._on_changelog_sent`` does, so a restart with local state recovers only
+        what follows."""
+        self.table.data.set_persisted_offset(TP(self.changelog, partition), offset)
+
+    def rows(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        """Every row the partition's local store holds (empty when it has none here)."""
+        store: Any = self.table.data
+        db = store._dbs.get(partition)
+        if db is None:
+            return iter(())
+        items: Iterator[tuple[bytes, bytes]] = store._visible_items(db)
+        return items
+
+
+__all__ = ["SessionTable"]

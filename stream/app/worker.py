@@ -1,0 +1,349 @@
+"""The worker: one Faust agent folding batches of session events through the pure core into
+the sessions table, and publishing every change to Kafka and Redis.
+
+``Worker.start`` is the one start-up sequence (``stream worker`` and ``faust -A stream.app``
+both call it); ``Worker.commit`` states the order that makes a commit safe. The parts it
+wires: the consumer (``stream.app.consumer``: records in bulk), the table
+(``stream.app.table``), the producer (``stream.app.producer``: a batch's records out),
+the publisher (``stream.publish``: Kafka, then Redis) and the metrics (``stream.ops``).
+
+Faust reads its settings only from what is passed here (``env={}``): the environment
+cannot flip the at-least-once guarantee, the loopback web bind or the empty-stream wait.
+"""
+
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from stream import native
+from stream.app import consumer
+from stream.app.producer import BatchSender, Outbox
+from stream.app.table import RAW, SessionTable
+from stream.config import Settings
+from stream.ops import control, metrics
+from stream.ops.admin import ensure_topics
+from stream.publish.publisher import Publisher
+from stream.publish.redis_sink import PermanentRedisError, RedisSink
+from stream.runtime import tune_gc
+from stream.session.batch import BatchResult, Counts, Message, fold_batch
+
+log = logging.getLogger("stream.worker")
+
+
+def faust_app(settings: Settings, partitions: int) -> faust.App:
+    """The Faust app as the worker runs it: at-least-once, RocksDB tables, acks=all, the
+    lean monitor, and every timing from ``settings``."""
+    consumer.use_uvloop()  # before the worker creates its event loops
+    return faust.App(
+        settings.app_id,
+        env={},  # our settings only: see the module docstring
+        broker=[f"kafka://{host.strip()}" for host in settings.bootstrap_servers.split(",")],
+        broker_credentials=_credentials(settings),
+        store="rocksdb://",
+        datadir=settings.state_dir,
+        topic_partitions=partitions,
+        topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=settings.standby_replicas,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        web_enabled=settings.web_enabled,
+        web_port=settings.web_port,
+        web_bind="127.0.0.1",
+        producer_acks=-1,
+        producer_linger=settings.producer_linger,
+        producer_max_request_size=1_048_576,
+        # A batch's records leave as one record batch per topic partition (BatchSender):
+        # let one hold a few hundred rows or updates, still well under the request size.
+        producer_max_batch_size=262_144,
+        broker_commit_interval=settings.commit_interval,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+        broker_max_poll_interval=settings.max_poll_interval,
+        stream_wait_empty=True,
+        Monitor=consumer.LeanMonitor,
+    )
+
+
+def _credentials(settings: Settings) -> Any:
+    security = settings.kafka
+    if security.uses_sasl:
+        return faust.SASLCredentials(
+            username=security.sasl_username,
+            password=security.sasl_password,
+            mechanism=security.sasl_mechanism,
+            ssl_context=security.ssl_context() if security.uses_ssl else None,
+        )
+    if security.uses_ssl:
+        return faust.SSLCredentials(security.ssl_context())
+    return None
+
+
+def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
+    """Record headers as (name, value) pairs, whichever shape Faust hands them in."""
+    if not raw:
+        return []
+    items = raw.items() if isinstance(raw, dict) else raw
+    return [(str(name), value) for name, value in items]
+
+
+class Worker:
+    """One worker process: the Faust app (``app``) and everything its agent drives."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        partitions: int | None = None,
+        control_problems: tuple[str, ...] = (),
+    ) -> None:
+        self.settings = settings
+        self.partitions = partitions or settings.partitions
+        self.app = app = faust_app(settings, self.partitions)
+        # The input topic's records reach the agent in bulk (stream.app.consumer).
+        consumer.install(app, [settings.input_topic])
+        self.source = app.topic(settings.input_topic, partitions=self.partitions, **RAW)
+        self.table = SessionTable(app, self.partitions)
+        sender = BatchSender(app)
+        self.outbox = Outbox(sender, self.table, settings.output_topic, settings.dlq_topic)
+        self.limits = settings.limits
+        self.totals = Counts()
+        self.stats = metrics.Metrics.create(settings)
+        self.stats.control_problem = "; ".join(control_problems)[:500]
+        self._publisher: Publisher | None = None
+        self._wire()
+        app.stream_metrics = self.stats  # type: ignore[attr-defined]
+
+    @classmethod
+    def start(cls, settings: Settings) -> "Worker":
+        """The one start-up sequence. Before Faust opens RocksDB: the topics exist (the
+        table takes the input's partition count), local state a rebuild discarded is
+        dropped, and the control record's generation is taken (``ops.control``). Raises
+        ``KafkaException`` or ``RuntimeError`` with the reason when that cannot be done."""
+        partitions = ensure_topics(settings)
+        settings, problems = control.worker_settings(settings)
+        return cls(settings, partitions, problems)
+
+    # -- one batch -------------------------------------------------------------------
+    async def commit(self, events: list[Any]) -> None:
+        """One batch, in the order that makes a commit safe:
+
+        1. fold: every message once through the pure core (``session.batch.fold_batch``),
+           which cannot raise for what a message holds;
+        2. rows: each touched session's row into its partition's store and changelog;
+        3. updates: one coalesced update per touched session to the output topic;
+        4. dead letters: what could not be read, with its reason;
+        5. delivery: wait until the broker confirmed every record of 2-4 (re-sent with
+           backoff; the batch is held, never committed past);
+        6. Redis: the updates in one round trip, guarded (queued while Redis is away);
+        7. offsets: the batch's events acked, so Faust's next commit may pass them.
+
+        Agent concurrency stays 1, so a commit never passes a message still being folded
+        either (faust-streaming #606). Step 7 is the caller's (``_agent``), also at
+        shutdown.
+        """
+        stats = self.stats
+        messages = [
+            Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
+            for m in (e.message for e in events)
+        ]
+        with stats.fold_seconds.time():
+            result = fold_batch(messages, self.table.load, self.limits)  # 1
+        publisher = self.publisher
+        with stats.publish_seconds.time():
+            await publisher.publish(result)  # 2-6
+        self.totals.add(result.counts)
+        self._log_resets(result)
+        try:  # the batch is delivered: nothing in the metrics may keep it from its ack
+            stats.observe_batch(messages, result, events[-1].message.timestamp)
+        except Exception:
+            log.exception("metrics of a batch not recorded")
+
+    def _log_resets(self, result: BatchResult) -> None:
+        for note in result.resets:  # every reset, applied or not, leaves a line
+            log.warning(
+                "reset %s session %r to generation %d (it was at %d) from %s[%d]@%d",
+                "applied:" if note.applied else "ignored, not above its own:",
+                note.session_id,
+                note.gen,
+                note.previous,
+                self.settings.input_topic,
+                note.partition,
+                note.offset,
+            )
+
+    async def _agent(self, stream: Any) -> None:
+        app = self.app
+        settings = self.settings
+        async for events in consumer.batches(stream, settings.batch_max, settings.batch_within):
+            work = asyncio.ensure_future(self.commit(events))
+            try:
+                await asyncio.shield(work)
+            except asyncio.CancelledError:
+                # Shutdown (SIGTERM): finish this batch and ack it, so the final commit
+                # covers it instead of leaving it to be redelivered.
+                try:
+                    await asyncio.wait_for(work, 30)
+                except (PermanentRedisError, TimeoutError):
+                    raise
+                consumer.ack(events, app.consumer)  # 7
+                raise
+            consumer.ack(events, app.consumer)  # 7
+
+    # -- Redis -----------------------------------------------------------------------
+    @property
+    def publisher(self) -> Publisher:
+        if self._publisher is None:  # on the worker's loop: the Redis client binds to it
+            self._publisher = Publisher(self.settings, self.outbox, RedisSink(self.settings))
+            self._publisher.on_permanent = self._stop_on_permanent
+            self.stats.redis = self._publisher.state
+        return self._publisher
+
+    def _stop_on_permanent(self, error: BaseException) -> None:
+        # A permanent refusal is a configuration problem: exit non-zero, loudly, rather
+        # than loop. Hard exit: the failing batch must not be acked, and a graceful stop
+        # would wait for it forever. Earlier batches are delivered; whatever they had not
+        # committed yet is redelivered to the next owner and counted once (row offsets).
+        log.critical("stopping: %s", error)
+        self.stats.fatal = str(error)
+        print(f"stream worker: stopped: {error}", file=sys.stderr, flush=True)
+        logging.shutdown()
+        os._exit(3)
+
+    async def reseed(self, partitions: list[int], why: str) -> None:
+        """Republish the rows of ``partitions`` to Redis, guarded (never backwards)."""
+        publisher = self.publisher
+        sent = 0
+        for partition in sorted(partitions):
+            sent += await publisher.reseed(self.table.rows(partition), partition)
+        # Marked only once really written: with Redis away the updates stay queued, the
+        # marker stays missing, and the next check re-seeds again.
+        if await publisher.flush(60):
+            try:
+                await publisher.mark(sorted(partitions))
+            except Exception as error:  # transient: the next check tries again
+                log.warning("could not mark re-seeded partitions: %s", error)
+        publisher.state.reseeds += 1
+        log.info("re-seeded Redis from %d partitions (%d sessions): %s", len(partitions), sent, why)
+
+    async def _watch_redis(self) -> None:
+        """Re-seed when Redis lost what we published (a restart without persistence, a
+        failover to an empty replica, FLUSHALL): the marker key is gone."""
+        publisher = self.publisher
+        while True:
+            await asyncio.sleep(self.settings.redis_check_interval)
+            try:
+                lost = await publisher.unmarked(self.assigned())
+                if lost:
+                    await self.reseed(lost, "Redis lost its data (marker missing)")
+            except PermanentRedisError:
+                return
+            except Exception as error:  # transient: the publisher's queue notes it
+                log.debug("marker check failed: %s", error)
+
+    # -- assignment, metrics, control ------------------------------------------------
+    def assigned(self) -> list[int]:
+        actives = self.app.assignor.assigned_actives()
+        return [tp.partition for tp in actives if tp.topic == self.settings.input_topic]
+
+    async def count_rows(self, partitions: list[int]) -> None:
+        """The census of newly assigned partitions, walked in the background a chunk at a
+        time; a partition that moves away meanwhile is left (its walk token changes)."""
+        census = self.stats.census
+        for partition in partitions:
+            token = census.walking.get(partition)
+            if token is None:
+                continue
+            for n, (key, row) in enumerate(self.table.rows(partition), 1):
+                if census.walking.get(partition) is not token:
+                    break
+                census.visit(partition, key, row)
+                if n % 2000 == 0:
+                    await asyncio.sleep(0)  # let batches and heartbeats through
+            else:
+                census.walked(partition)
+
+    async def recovered(self) -> None:
+        """The group's assignment is recovered: count its rows, re-seed Redis from them."""
+        stats = self.stats
+        stats.recovered = True
+        stats.progress.clear()  # a stall is counted from the assignment, not across it
+        self.app.add_future(self.count_rows(stats.census.assign(self.assigned())))
+        if self.settings.reseed_on_assign:
+            # Anything a crash kept from Redis (queued updates of a dead worker) is in the
+            # rows: republish them, guarded, so Redis equals the table again.
+            self.app.add_future(self.reseed(self.assigned(), "partitions assigned"))
+
+    async def watch_control(self) -> None:
+        """Re-read the control topic: a record refused later is said loudly too."""
+        settings = self.settings
+        try:
+            found = await asyncio.to_thread(control.read_control_log, settings, 10.0)
+        except Exception as error:  # the broker is away: the consumer says so already
+            log.debug("control topic not read: %s", error)
+            return
+        problems = list(found.problems)
+        floor = control.local_generation(Path(settings.state_dir))
+        if found.control.generation < floor:
+            problems.append(f"generation {found.control.generation} is below {floor}, kept")
+        problem = "; ".join(problems)[:500]
+        if problem and problem != self.stats.control_problem:
+            log.error("%s: %s", control.control_topic(settings), problem)
+        self.stats.control_problem = problem
+
+    def _wire(self) -> None:
+        """The agent, its tasks, timers and signal handlers, on the Faust app."""
+        app, settings, stats = self.app, self.settings, self.stats
+        app.agent(self.source, concurrency=1, name="fold_sessions")(self._agent)
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def _tune_gc() -> None:  # once the app's long-lived objects exist
+            tune_gc(freeze=True)
+            log.info("%s", native.status())  # which fold runs: compiled or pure Python
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def _watch_redis() -> None:
+            await self._watch_redis()
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def _serve_metrics() -> None:
+            if settings.metrics_port:
+                app.metrics_runner = await metrics.serve(  # type: ignore[attr-defined]
+                    stats, settings.metrics_bind, settings.metrics_port
+                )
+
+        @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+        async def _assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+            topic = settings.input_topic
+            stats.assigned = sorted(tp.partition for tp in assigned if tp.topic == topic)
+
+        @app.on_rebalance_complete.connect  # type: ignore[arg-type]
+        async def _recovered(sender: Any, **kwargs: Any) -> None:
+            await self.recovered()
+
+        @app.timer(interval=30.0)  # type: ignore[untyped-decorator]
+        async def _watch_control() -> None:
+            await self.watch_control()
+
+        @app.timer(interval=10.0)  # type: ignore[untyped-decorator]
+        async def _report() -> None:
+            log.info("totals %s", self.totals.as_dict())
+            stats.refresh(app, self.table, settings)
+
+        @app.on_before_shutdown.connect
+        def _final(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+            log.info("final totals %s", self.totals.as_dict())
+
+
+def build_app(
+    settings: Settings, partitions: int | None = None, control_problems: tuple[str, ...] = ()
+) -> faust.App:
+    """The Faust app of a worker on ``settings`` as they are (no start-up checks)."""
+    return Worker(settings, partitions, control_problems).app
+
+
+__all__ = ["Worker", "build_app", "faust_app"]
