@@ -103,6 +103,11 @@ bench: setup
 bench-smoke: setup
 	$(PY) -m benchmarks.run --smoke
 
+# The hostile-producer property of the batch fold as a long fuzz run (docs/reliability.md).
+.PHONY: fuzz
+fuzz: $(STAMP)
+	STREAM_FUZZ_EXAMPLES=$${STREAM_FUZZ_EXAMPLES:-20000} $(PY) -m pytest tests/unit/session/test_batch_hostile.py tests/unit/ops/test_census.py -q
+
 # The fault-injection suite scaled up (SIGKILLs, broker bounces, rebalances, Redis outages,
 # hostile input, standby takeovers: docs/reliability.md); about an hour on 2 cores.
 .PHONY: soak
