@@ -24,8 +24,9 @@ import orjson
 from stream.config import Settings
 from stream.contract.events import read_event
 from stream.ops.republish import write_all
+from stream.output.record import SessionUpdate
 from stream.publish.publisher import Publisher
-from stream.publish.redis_sink import RedisSink, SessionUpdate
+from stream.publish.redis_sink import RedisSink
 from stream.session import codec
 from stream.session.processor import SessionRecord, process, update
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from stream.publish.layout import RedisLayout
+from stream.output.layout import RedisLayout
 from stream.session.batch import Limits
 
 

@@ -155,7 +155,9 @@ class Worker:
             result = fold_batch(messages, self.table.load, self.limits)  # 1
         publisher = self.publisher
         with stats.publish_seconds.time():
-            await publisher.publish(result)  # 2-6
+            records = publisher.records(result)
+            await publisher.deliver(result, records)  # 2, 3, 4, 5
+            await publisher.cache(result, records)  # 6
         self.totals.add(result.counts)
         self._log_resets(result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack

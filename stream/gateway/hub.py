@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from stream.gateway.sse import Frame, frame
 from stream.gateway.store import Store
-from stream.publish.layout import RedisLayout
+from stream.output.layout import RedisLayout
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 
 from stream.config import Settings
-from stream.publish.layout import RedisLayout
+from stream.output.layout import RedisLayout
 
 # Listing with a prefix filter walks the recent set newest first, this many ids per
 # round trip, and gives up after SCAN_LIMIT ids (a bounded cost per request).

@@ -1,8 +1,9 @@
 """Re-seed Redis from the compacted output topic: ``stream republish``.
 
 The output topic holds every session's latest update (compacted, key = session id) with
-the generation and the session's tally in its headers, so Redis — a cache of that topic —
-can be rebuilt from it at any time: a new Redis, a changed key prefix, an evicted cache.
+the generation, the session's tally and the view version in its headers (read back by
+``output.record.SessionUpdate.from_kafka``), so Redis — a cache of that topic — can be
+rebuilt from it at any time: a new Redis, a changed key prefix, an evicted cache.
 Writes go through the worker's guarded script, so nothing older overwrites anything newer
 and a republish racing live updates never moves a session backwards.
 """
@@ -12,14 +13,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from stream.config import Settings
+from stream.output.record import SessionUpdate
 from stream.publish.publisher import now_ms
-from stream.publish.redis_sink import RedisSink, SessionUpdate
+from stream.publish.redis_sink import RedisSink
 
 CHUNK = 2_000
 
@@ -33,18 +33,6 @@ class RepublishReport:
     older: int = 0  # Redis had something newer (a live update won)
     skipped: int = 0  # records that are not updates (tombstones, foreign data)
     seconds: float = 0.0
-
-
-def _update(key: bytes, value: bytes, headers: Any) -> SessionUpdate:
-    found = {name: raw for name, raw in headers or () if isinstance(raw, bytes)}
-    body = orjson.loads(value)
-    gen = int(found.get("gen", b"1"))
-    tally_text = found.get("tally", b"0 0 0").decode().split()
-    folded, duplicate, faulted = (int(n) for n in tally_text)
-    v = int(found.get("v", b"0"))
-    return SessionUpdate(
-        key.decode(), gen, int(body["seq"]), (folded, duplicate, faulted), value, v
-    )
 
 
 def read_latest(
@@ -95,8 +83,8 @@ def read_latest(
                     skipped += 1
                     continue
                 try:
-                    update = _update(key, value, message.headers())
-                except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+                    update = SessionUpdate.from_kafka(key, value, message.headers())
+                except (ValueError, KeyError, TypeError):  # not an update (JSON errors too)
                     skipped += 1
                     continue
                 if session is not None and update.session_id != session:

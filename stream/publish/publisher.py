@@ -4,9 +4,10 @@ The agent folds a batch once and hands the result here; only I/O is retried, nev
 fold. Order of duty:
 
 1. Kafka, delivery before ack: every record the batch produces — changelog rows, output
-   updates, dead letters — is confirmed by the broker before ``publish`` returns (and so
-   before the batch's offsets can be acked and committed). A failed send is re-sent with
-   backoff; the batch is held, never committed past.
+   updates (``output.record``: the payload and headers), dead letters — is confirmed by
+   the broker before ``publish`` returns (and so before the batch's offsets can be acked
+   and committed). A failed send is re-sent with backoff; the batch is held, never
+   committed past.
 2. Redis, a cache of the output topic: written in one round trip. A transient failure
    — Redis unreachable, or refusing writes for a while: out of memory (OOM), persistence
    failing (MISCONF), loading, a failover — hands the updates to a background writer
@@ -37,17 +38,16 @@ from redis import exceptions as rx
 
 from stream.config import Settings
 from stream.contract.errors import safe_text
+from stream.output.record import SessionUpdate
 from stream.publish.redis_sink import (
     DeadCount,
     PermanentRedisError,
     RedisSink,
-    SessionUpdate,
     is_transient,
     outage_kind,
 )
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter
-from stream.session.processor import update, view_version
 
 log = logging.getLogger("stream.publish")
 
@@ -76,15 +76,6 @@ class Backoff:
 
     def reset(self) -> None:
         self.delay = self.first
-
-
-def update_headers(gen: int, tally: tuple[int, int, int], v: int) -> list[tuple[str, bytes]]:
-    """What a reader of the output topic needs to re-seed Redis exactly."""
-    return [
-        ("gen", str(gen).encode()),
-        ("tally", " ".join(map(str, tally)).encode()),
-        ("v", str(v).encode()),
-    ]
 
 
 # What a queued update costs besides its payload and session id: the dict slot, the
@@ -167,40 +158,34 @@ class Publisher:
         return self.settings.generation
 
     # -- one batch -------------------------------------------------------------------
-    async def publish(self, result: BatchResult) -> None:
-        await self._deliver(result)
+    def records(self, result: BatchResult) -> list[SessionUpdate]:
+        """The output record of every session the batch changed, one each."""
         gen = self.generation
-        updates = [
-            SessionUpdate(
-                c.session_id,
-                max(gen, c.gen),
-                c.update["seq"],
-                (c.tally.folded, c.tally.duplicate, c.tally.faulted),
-                c.payload or orjson.dumps(c.update),
-                c.view_version,
-            )
-            for c in result.sessions
-        ]
-        topic = self.settings.input_topic
+        return [SessionUpdate.from_change(c, gen) for c in result.sessions]
+
+    async def publish(self, result: BatchResult) -> None:
+        """``deliver`` then ``cache``: the batch out to Kafka, confirmed, then to Redis."""
+        updates = self.records(result)
+        await self.deliver(result, updates)
+        await self.cache(result, updates)
+
+    async def cache(self, result: BatchResult, updates: list[SessionUpdate]) -> None:
+        """The batch's updates and dead-letter counts to Redis, in one round trip (queued
+        while Redis is away)."""
+        gen, topic = self.generation, self.settings.input_topic
         dead = [DeadCount(topic, p.partition, gen, p.dead_lettered) for p in result.partitions]
         await self.write_redis(updates, dead)
 
-    async def _deliver(self, result: BatchResult) -> None:
+    async def deliver(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> None:
+        """Every record of the batch, confirmed: per session its row and its output record
+        (``updates``, one per ``result.sessions``), the partition rows, the dead letters."""
         backoff = Backoff(0.2, 10.0)
-        gen = self.generation
         while True:
             futures: list[Awaitable[Any]] = []
             outbox = self.outbox
-            for change in result.sessions:
+            for change, u in zip(result.sessions, updates, strict=True):
                 futures.append(outbox.write_row(change.key, change.row, change.partition))
-                tally = (change.tally.folded, change.tally.duplicate, change.tally.faulted)
-                futures.append(
-                    outbox.send_update(
-                        change.key,
-                        change.payload or orjson.dumps(change.update),
-                        update_headers(max(gen, change.gen), tally, change.view_version),
-                    )
-                )
+                futures.append(outbox.send_update(change.key, u.payload, u.headers()))
             for part in result.partitions:
                 futures.append(outbox.write_row(PARTITION_KEY, part.row, part.partition))
             for letter in result.dead_letters:
@@ -423,6 +408,7 @@ class Publisher:
         """Republish every stored row of one partition (guarded: never moves a session
         backwards, and an identical version writes nothing). Returns sessions sent."""
         gen = self.generation
+        folds = self.settings.limits.folds  # the worker's: rows decode as they were folded
         batch: list[SessionUpdate] = []
         dead: list[DeadCount] = []
         sent = 0
@@ -435,22 +421,9 @@ class Publisher:
                 dead.append(DeadCount(self.settings.input_topic, topic_partition, gen, count))
                 continue
             try:
-                session_id = key.decode()
-                record = codec.decode(row)
+                batch.append(SessionUpdate.from_row(key.decode(), row, gen, folds))
             except (UnicodeDecodeError, codec.RowError):
                 continue  # the next event of that session reports the bad row loudly
-            t = record.tally
-            body = update(session_id, record)
-            batch.append(
-                SessionUpdate(
-                    session_id,
-                    max(gen, record.gen),
-                    body["seq"],
-                    (t.folded, t.duplicate, t.faulted),
-                    orjson.dumps(body),
-                    view_version(record),
-                )
-            )
             if len(batch) >= CHUNK:
                 await self.write_redis(batch, dead, live=False)
                 sent += len(batch)

@@ -1,9 +1,10 @@
 """Redis: the latest update per session, published on the session's channel, and totals.
 
-Two Lua scripts write atomically and only forward (layout in ``publish.layout``):
+Two Lua scripts write atomically and only forward (keys in ``output.layout``):
 
-- a session update is stored and published only if its version ``(gen, seq, n)`` is not
-  older than the stored one (``n``: events the session has accounted for), so a slow or
+- a session update (``output.record.SessionUpdate``) is stored and published only if its
+  version ``(gen, seq, n, v)`` is not older than the stored one (``n``: events the session
+  has accounted for, ``v``: the view version; ``SessionUpdate.version``), so a slow or
   zombie worker cannot move a UI backwards; an identical version is a no-op (re-seeds and
   redelivered batches publish nothing twice). The session's tally is kept beside it, and
   the stats hash moves by the difference: totals are the sum of what the state holds,
@@ -27,6 +28,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rx
 
 from stream.config import Settings
+from stream.output.record import SessionUpdate
 
 # KEYS: session key (= channel), tallies hash, stats hash, recent zset
 # ARGV: gen, seq, n, update JSON, ttl seconds (0: none), now ms, session id, "f d x", v
@@ -138,21 +140,6 @@ def outage_kind(error: BaseException) -> str | None:
 
 def is_transient(error: BaseException) -> bool:
     return outage_kind(error) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class SessionUpdate:
-    session_id: str
-    gen: int
-    seq: int
-    tally: tuple[int, int, int]  # folded, duplicate, faulted
-    payload: bytes  # the update JSON
-    view_version: int = 0  # processor.view_version
-
-    @property
-    def version(self) -> tuple[int, int, int, int]:
-        """What the guard compares, in order: generation, seq, events counted, views."""
-        return (self.gen, self.seq, sum(self.tally), self.view_version)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,9 @@ import redis
 
 from stream.config import Settings
 from stream.ops.metrics import Metrics
+from stream.output.record import SessionUpdate
 from stream.publish.publisher import Publisher
-from stream.publish.redis_sink import DeadCount, PermanentRedisError, RedisSink, SessionUpdate
+from stream.publish.redis_sink import DeadCount, PermanentRedisError, RedisSink
 from stream.session.batch import DeadLetter
 from tests.integration.harness import RedisServer
 
@@ -212,7 +213,7 @@ def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
         sample = metrics.registry.get_sample_value
         assert sample("stream_redis_oom") == 1 and sample("stream_redis_retrying") == 1
         assert sample("stream_redis_pending_bytes") == state.pending_bytes
-        assert metrics.not_ready() == ["redis not reachable"]  # /readyz: 503
+        assert metrics.not_ready() == ["redis refuses writes (oom): updates queued"]  # 503
         assert client.hget(layout.session_key("s000"), "update") == update("s000", 0).payload
 
         client.config_set("maxmemory", 0)  # memory raised: writes resume

@@ -11,7 +11,7 @@ import pytest
 
 import stream.config
 from stream.config import ConfigError, KafkaSecurity, Settings
-from stream.publish.layout import RedisLayout
+from stream.output.layout import RedisLayout
 
 ROOT = Path(stream.config.__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from stream.gateway.hub import Hub
-from stream.publish.layout import RedisLayout
+from stream.output.layout import RedisLayout
 
 
 def update(session_id: str, seq: int, **extra: Any) -> bytes:

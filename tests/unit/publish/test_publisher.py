@@ -21,20 +21,20 @@ from redis._parsers.base import BaseParser
 from redis.asyncio.client import Pipeline
 
 from stream.config import Settings
-from stream.contract import build
 from stream.ops.metrics import Metrics
+from stream.output.record import SessionUpdate
 from stream.publish import publisher as publisher_module
-from stream.publish.publisher import Backoff, Publisher, entry_bytes, update_headers
+from stream.publish.publisher import Backoff, Publisher, entry_bytes
 from stream.publish.redis_sink import (
     DeadCount,
     PermanentRedisError,
-    SessionUpdate,
     is_transient,
     outage_kind,
 )
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter, Message, fold_batch
 from stream.session.processor import update
+from stream.testing import events as build
 
 T = TypeVar("T")
 TOPIC = "events"
@@ -216,11 +216,14 @@ def test_publish_delivers_every_record_then_writes_redis() -> None:
     assert journal[-1] == "redis" and journal.count("redis") == 1  # after every delivery
     for _, (key, payload, headers) in (e for e in outbox.log if e[0] == "update"):
         change = next(c for c in result.sessions if c.key == key)
+        assert payload is change.payload  # encoded once, in the fold
         assert orjson.loads(payload) == change.update
-        assert headers == update_headers(1, (change.tally.folded, 0, 0), change.view_version)
+        v = str(change.view_version).encode()
+        assert headers == [("gen", b"1"), ("tally", b"%d 0 0" % change.tally.folded), ("v", v)]
     (updates, dead) = sink.writes[0]
     assert {u.session_id: u.seq for u in updates} == {"a": 1, "b": 0}
     assert all(orjson.loads(u.payload)["sessionId"] == u.session_id for u in updates)
+    assert all(u.payload is c.payload for u, c in zip(updates, result.sessions, strict=True))
     assert dead == [DeadCount(TOPIC, 0, 1, 1)]
 
 
@@ -843,10 +846,6 @@ def test_markers_are_per_partition_so_every_owner_notices_its_own_loss() -> None
 
 
 # --- small parts --------------------------------------------------------------------------------
-
-
-def test_update_headers() -> None:
-    assert update_headers(2, (3, 1, 0), 8) == [("gen", b"2"), ("tally", b"3 1 0"), ("v", b"8")]
 
 
 def test_backoff_doubles_to_its_cap_and_resets(monkeypatch: pytest.MonkeyPatch) -> None:

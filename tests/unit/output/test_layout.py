@@ -1,8 +1,8 @@
-"""Every Redis key and channel name (``stream.publish.layout``), one prefix for all."""
+"""Every Redis key and channel name (``stream.output.layout``), one prefix for all."""
 
 import pytest
 
-from stream.publish.layout import RedisLayout
+from stream.output.layout import RedisLayout
 
 
 def test_the_default_prefix() -> None:

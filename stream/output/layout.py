@@ -2,7 +2,7 @@
 
 | name | type | content |
 |---|---|---|
-| ``{prefix}session:{id}`` | hash | ``update`` (JSON), ``gen``, ``seq``, ``n`` (events counted) |
+| ``{prefix}session:{id}`` | hash | ``update`` (JSON), ``gen``, ``seq``, ``n``, ``v`` |
 | ``{prefix}session:{id}`` | channel | every accepted update, as written |
 | ``{prefix}recent`` | sorted set | the 10,000 latest updated session ids, scored by epoch ms |
 | ``{prefix}stats`` | hash | event totals: folded, duplicate, faulted, dead_lettered |
@@ -10,8 +10,10 @@
 | ``{prefix}dead`` | hash | per ``topic:partition``, ``"gen count"`` of dead letters |
 | ``{prefix}marker`` | hash | per ``topic:partition``: Redis holds what its owner published |
 
-The totals are sums of what the session rows hold, applied as differences by the
-writing script, so they stay exact under redelivery and come back with a re-seed.
+``gen, seq, n, v`` is the stored update's version (``output.record.SessionUpdate.version``:
+``n`` the events counted, ``v`` the view version). The totals are sums of what the session
+rows hold, applied as differences by the writing script, so they stay exact under
+redelivery and come back with a re-seed.
 
 Readers (``stream watch``, the gateway, UI backends) and the writer use these functions,
 so a prefix means the same keys everywhere.

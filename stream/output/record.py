@@ -1,0 +1,111 @@
+"""The output record: one session's latest update, as every writer and reader sees it.
+
+A session's update goes out as one record on the compacted output topic (key: the session
+id, value: ``payload``, the update JSON; headers: ``headers()``) and as one guarded write to
+Redis (``publish.redis_sink``), both built from this value. It is made in three places, and
+each way in is a constructor here:
+
+- ``from_change``: a batch just folded (``session.batch.SessionChange``), the payload the
+  core encoded once, sent as it is;
+- ``from_row``: a stored table row, for the worker's re-seed of Redis;
+- ``from_kafka``: a record read back from the output topic, for ``stream republish``.
+
+The headers carry what the payload does not and the guard needs to rebuild Redis exactly:
+the generation, the session's tally and the view version.
+
+Pure: it may use the session core and orjson, never Redis, Kafka or Faust.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import orjson
+
+from stream.projections.base import Projection
+from stream.session import codec
+from stream.session.batch import SessionChange
+from stream.session.processor import update, view_version
+
+# Kafka headers as a consumer hands them over: (name, value) pairs, or a mapping.
+Headers = Iterable[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdate:
+    session_id: str
+    gen: int  # the generation published: max(deployment's, session's own)
+    seq: int
+    tally: tuple[int, int, int]  # folded, duplicate, faulted
+    payload: bytes  # the update JSON
+    view_version: int = 0  # processor.view_version
+
+    @property
+    def version(self) -> tuple[int, int, int, int]:
+        """What the guard compares, in order: generation, seq, events counted, views."""
+        return (self.gen, self.seq, sum(self.tally), self.view_version)
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The output record's Kafka headers: what a reader of the output topic needs,
+        besides the payload, to re-seed Redis exactly (``from_kafka`` reads them)."""
+        return [
+            ("gen", str(self.gen).encode()),
+            ("tally", " ".join(map(str, self.tally)).encode()),
+            ("v", str(self.view_version).encode()),
+        ]
+
+    @classmethod
+    def from_change(cls, change: SessionChange, deployment_gen: int) -> "SessionUpdate":
+        """A session's update from the batch that folded it. The payload is the one the
+        core encoded (``change.payload``), never serialised again."""
+        if not change.payload:
+            raise ValueError(f"session change {change.session_id!r} carries no payload")
+        t = change.tally
+        return cls(
+            change.session_id,
+            max(deployment_gen, change.gen),
+            change.update["seq"],
+            (t.folded, t.duplicate, t.faulted),
+            change.payload,
+            change.view_version,
+        )
+
+    @classmethod
+    def from_row(
+        cls,
+        session_id: str,
+        row: bytes,
+        deployment_gen: int,
+        folds: tuple[Projection, ...],
+    ) -> "SessionUpdate":
+        """A session's update from its stored row (the re-seed): the update a batch
+        ending in that state publishes, byte for byte. Raises ``codec.RowError`` for a
+        row that cannot be read, saying why."""
+        record = codec.decode(row, folds)
+        body = update(session_id, record)
+        t = record.tally
+        return cls(
+            session_id,
+            max(deployment_gen, record.gen),
+            body["seq"],
+            (t.folded, t.duplicate, t.faulted),
+            orjson.dumps(body),
+            view_version(record),
+        )
+
+    @classmethod
+    def from_kafka(cls, key: bytes, value: bytes, headers: Headers | None) -> "SessionUpdate":
+        """A session's update read back from the output topic; the value is kept as the
+        payload, as it is. Headers a record lacks (or whose value is not bytes) read as
+        written before they existed: generation 1, tally ``0 0 0``, view version 0.
+
+        Raises ``ValueError`` (a key that is not UTF-8, a value that is not JSON, a header
+        that is not a number), ``KeyError`` (no ``seq``) or ``TypeError`` (a value that is
+        not an object) for a record that is not an update."""
+        pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+        found = {name: raw for name, raw in pairs if isinstance(raw, bytes)}
+        body = orjson.loads(value)
+        gen = int(found.get("gen", b"1"))
+        tally_text = found.get("tally", b"0 0 0").decode().split()
+        folded, duplicate, faulted = (int(n) for n in tally_text)
+        v = int(found.get("v", b"0"))
+        return cls(key.decode(), gen, int(body["seq"]), (folded, duplicate, faulted), value, v)
