@@ -4,7 +4,7 @@ Shaped like real harness logs: every step re-logs the request envelope (a tool l
 few KB), streams its reply as packed chunk rows, reports usage as a chunk and again on
 the final message, and tool results carry most of the bytes. Compactions are metered
 with the exact shadow price, as current producers do. Events and rows come from the
-event factory (``stream.contract.build``).
+event factory (``stream.testing.events``).
 
     python -m benchmarks.corpus OUT_DIR [--sessions N] [--turns T] [--seed S]
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from stream.contract import build
 from stream.contract.events import read_event
 from stream.projections.positional import Surface
+from stream.testing import events as build
 
 WORDS = [
     "the",
@@ -75,7 +75,7 @@ class _Writer:
     def __init__(self, session_id: str) -> None:
         self.rows: list[bytes] = [orjson.dumps(build.session_header(session_id))]
         self.seq = 0
-        self.time = 1_700_000_000_000
+        self.time = build.T0
         self.surface = Surface()
 
     def add(self, event: build.RawEvent) -> None:

@@ -49,6 +49,7 @@ from stream.runtime import tune_gc
 from stream.session import codec
 from stream.session.offline import fold_lines
 from stream.session.processor import SessionRecord, process
+from stream.testing import events as build
 
 ROOT = Path(__file__).resolve().parent.parent
 ORACLE = ROOT / "tests" / "oracle" / "fold.mjs"
@@ -61,7 +62,6 @@ APPEND_ROUND = 100
 REPLACES = 30  # single replaces timed in section 3
 REPLACED = 10  # nodes a replace covers: an early span, like a compaction
 CHECKPOINTS = (10, 100, 1_000, 10_000, 100_000)
-TIME0 = 1_700_000_000_000
 MB = 1e6
 
 T = TypeVar("T")
@@ -236,62 +236,46 @@ def words(rng: Random, count: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(count))
 
 
-def raw(kind: str, seq: int, data: dict[str, Any], op: Any = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": kind, "seq": seq, "time": TIME0 + 7 * seq, "data": data}
-    if op is not None:
-        event["surfaceOp"] = op
-    return event
+def at(seq: int) -> int:
+    """An event's time: 7 ms per seq from the factory's ``T0``."""
+    return build.T0 + 7 * seq
 
 
-def user(seq: int, text: str, op: Any = "append") -> Event:
-    data = {"role": "user", "content": [{"type": "text", "text": text}], "source": "user"}
-    return read_event(raw("user/message", seq, data, op))
+def user(seq: int, text: str, op: Any = build.APPEND) -> Event:
+    return read_event(build.user_message(seq, build.texts(text), op=op, time=at(seq)))
 
 
 def system(seq: int, text: str) -> Event:
-    message = {"role": "system", "content": [{"type": "text", "text": text}]}
-    return read_event(raw("system/message", seq, {"message": message}, "append"))
+    return read_event(build.system_message(seq, build.texts(text), time=at(seq)))
 
 
 def delta(seq: int, turn: int, text: str) -> Event:
-    chunk = {"type": "text-delta", "index": 0, "text": text}
-    return read_event(raw("assistant/chunk", seq, {"turn": turn, "step": 0, "chunk": chunk}))
+    chunk = build.text_delta(text)
+    return read_event(build.assistant_chunk(seq, chunk, turn=turn, time=at(seq)))
 
 
 def usage_of(turn: int) -> dict[str, int]:
     pressure = 2_000 + 400 * (turn % 300)
-    return {"inputTokens": pressure // 10, "outputTokens": 60, "cacheReadTokens": pressure}
+    return build.usage(pressure // 10, 60, cache_read=pressure)
 
 
 def usage_chunk(seq: int, turn: int) -> Event:
-    chunk = {"type": "usage", "usage": usage_of(turn)}
-    return read_event(raw("assistant/chunk", seq, {"turn": turn, "step": 0, "chunk": chunk}))
+    return read_event(build.usage_chunk(seq, usage_of(turn), turn=turn, time=at(seq)))
 
 
 def assistant(seq: int, turn: int, text: str, tool_call: bool = False) -> Event:
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    content = [build.text_block(text)]
     if tool_call:
-        content.append(
-            {"type": "tool-call", "id": f"c{turn}", "name": "tool_1", "arguments": '{"arg0":"x"}'}
-        )
-    data = {
-        "turn": turn,
-        "step": 0,
-        "message": {"role": "assistant", "content": content},
-        "usage": usage_of(turn),
-    }
-    return read_event(raw("assistant/message", seq, data, "append"))
+        content.append(build.tool_call_block(f"c{turn}", "tool_1", '{"arg0":"x"}'))
+    event = build.assistant_message(
+        seq, content, usage=usage_of(turn), turn=turn, step=0, time=at(seq)
+    )
+    return read_event(event)
 
 
 def tool_result(seq: int, turn: int, text: str) -> Event:
-    block = {
-        "type": "tool-result",
-        "callId": f"c{turn}",
-        "name": "tool_1",
-        "content": [{"type": "text", "text": text}],
-    }
-    message = {"role": "tool", "content": [block]}
-    return read_event(raw("tool/result", seq, {"message": message}, "append"))
+    block = build.tool_result_block(f"c{turn}", build.texts(text), name="tool_1")
+    return read_event(build.tool_result(seq, [block], time=at(seq)))
 
 
 KINDS = (
@@ -325,7 +309,7 @@ def typical_batch(seq0: int, count: int, seed: int) -> tuple[list[Event], list[s
     return batch[:count], kinds[:count]
 
 
-def build(nodes: int, seed: int) -> tuple[SessionRecord, Surface]:
+def session_of(nodes: int, seed: int) -> tuple[SessionRecord, Surface]:
     """A session of ``nodes`` appended user messages, as a record and as a surface."""
     rng = Random(seed)
     record, surface = SessionRecord.new(), Surface()
@@ -426,9 +410,7 @@ def time_replace(surface: Surface) -> dict[str, float]:
     early span), restored after each (untimed)."""
     nodes, total = surface.nodes, surface.total
     event = user(
-        10**9,
-        "Summary: the span so far",
-        {"op": "replace", "start": nodes[0].seq, "end": nodes[REPLACED - 1].seq},
+        10**9, "Summary: the span so far", build.replace(nodes[0].seq, nodes[REPLACED - 1].seq)
     )
     samples = []
     for _ in range(REPLACES):
@@ -446,20 +428,10 @@ def time_metered_replace(base: SessionRecord, surface: Surface) -> dict[str, flo
     seq = base.seen + 1
     shadowed = surface.nodes[:REPLACED]
     first, last = shadowed[0].seq, shadowed[-1].seq
-    summary = read_event(
-        raw(
-            "compaction/summary",
-            seq,
-            {
-                "shadowedRange": {"start": first, "end": last},
-                "shadowedTokenCount": sum(n.price for n in shadowed),
-                "shadowedSeqs": [n.seq for n in shadowed],
-            },
-        )
-    )
-    replace = user(
-        seq + 1, "Summary: the span so far", {"op": "replace", "start": first, "end": last}
-    )
+    tokens = sum(n.price for n in shadowed)
+    seqs = [n.seq for n in shadowed]
+    summary = read_event(build.metering(seq, first, last, tokens, shadowed_seqs=seqs, time=at(seq)))
+    replace = user(seq + 1, "Summary: the span so far", build.replace(first, last))
     samples = []
     for _ in range(REPLACES):
         record = copy(base)
@@ -753,7 +725,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.throughput_only:
         return result
     log(f"building sessions of {SMALL} and {LARGE} nodes")
-    built = {nodes: build(nodes, args.seed) for nodes in (SMALL, LARGE)}
+    built = {nodes: session_of(nodes, args.seed) for nodes in (SMALL, LARGE)}
     log("2. projections")
     result["projections"] = projection_cost(
         {k: record for k, (record, _) in built.items()}, args.seed, args.repeat

@@ -4,12 +4,12 @@ import argparse
 import sys
 from typing import Any
 
-from stream.contract.errors import ContractError, safe_text
+from stream.contract.errors import BadLine, ContractError, safe_text
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import open_log
 from stream.projections.positional import Surface
-from stream.session.offline import BadLine, events
+from stream.session.offline import events
 
 
 def register(commands: Any) -> None:

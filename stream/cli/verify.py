@@ -14,7 +14,7 @@ import orjson
 
 from stream.cli.progress import progress
 from stream.config import Settings
-from stream.contract.errors import ContractError
+from stream.contract.errors import BadLine, ContractError
 from stream.contract.events import METERING_TYPES, Event, Replace
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
@@ -23,7 +23,7 @@ from stream.projections.base import Projection
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.projections.positional import Surface
 from stream.session import codec
-from stream.session.offline import BadLine, events
+from stream.session.offline import events
 from stream.session.processor import PROJECTIONS, SessionRecord, process, process_run
 
 _BREAKDOWN = CONTEXT_BREAKDOWN.key

@@ -5,13 +5,15 @@ the one way their texts are made safe to store.
 wrong range, a gap). It faults the projection that read it; the fault is published as data.
 
 ``Unreadable``: the input is not an event at all (not JSON, no usable ``seq``). It cannot be
-attributed to a position in a session, so it goes to the dead-letter topic.
+attributed to a position in a session, so it goes to the dead-letter topic. In a log it
+is a ``BadLine``: the offline tools report it with its line number and read on.
 
 Error texts quote input, and input is hostile: a 335 KB ``type`` or a lone surrogate copied
 into a fault would make every stored row and published update huge or unencodable. Every
 text that leaves the core passes through ``safe_text``; quoted values through ``brief``.
 """
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 MAX_ERROR_CHARS: Final = 500  # default bound on a fault or dead-letter reason
@@ -23,6 +25,14 @@ class ContractError(ValueError):
 
 class Unreadable(ValueError):
     """Input that cannot be read as an event; dead-lettered with this reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that is not an event: reported with its real position, never dropped."""
+
+    line: int
+    reason: str
 
 
 def safe_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from stream.contract.errors import Unreadable
+from stream.contract.errors import BadLine, Unreadable
 from stream.contract.jsontext import loads
 from stream.contract.storage import decode_line, session_id_of
-from stream.session.offline import BadLine
 
 LOG_SUFFIXES = (".jsonl", ".jsonl.zstd", ".jsonl.zst")
 

@@ -14,11 +14,11 @@ from typing import Any
 from confluent_kafka import Producer
 
 from stream.config import Settings
+from stream.contract.errors import BadLine
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import read_logs
 from stream.session.batch import RESET_HEADER
-from stream.session.offline import BadLine
 
 
 def producer(settings: Settings, **extra: Any) -> Producer:

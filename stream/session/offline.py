@@ -7,21 +7,12 @@ same ``seq`` (``processor.published_seq``).
 """
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from stream.contract.errors import Unreadable
+from stream.contract.errors import BadLine, Unreadable
 from stream.contract.events import Event, read_event
 from stream.contract.storage import ChunkRun
 from stream.session.processor import SessionRecord, fold_items, process, process_run
-
-
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    """A line that is not an event: reported with its real position, never dropped."""
-
-    line: int
-    reason: str
 
 
 def events(lines: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, Event | ChunkRun | BadLine]]:

@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import orjson
 
-from stream.contract import build
 from stream.session.batch import RESET_HEADER
+from stream.testing import events as build
 
 MAX_SAFE: Final = 2**53 - 1
 Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]

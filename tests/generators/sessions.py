@@ -19,7 +19,7 @@ blocks, the only places the pricing reads them back through ``JSON.stringify``; 
 counts, seqs and ranges are always plain non-negative integers.
 
 Events, blocks and packed chunk rows are shaped by the event factory
-(``stream.contract.build``); what is here is the randomness, the producer's bookkeeping
+(``stream.testing.events``); what is here is the randomness, the producer's bookkeeping
 (surface nodes, independent prices) and the text writer. The block pricing stays an
 independent re-implementation of the contract, so the oracle does not check our pricing
 with itself.
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from stream.contract import build
+from stream.testing import events as build
 
 Event = build.RawEvent
 Json = Any  # dict | list | str | int | bool | None | RawNumber | DupKeyObject

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.generators.sessions import generate_session, write_session_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_LOG = REPO / "examples" / "example-system-prompts.jsonl"  # system prompts, metered
 
 
 def free_ports(count: int) -> list[int]:
@@ -287,9 +288,9 @@ def event_count(paths: Iterable[Path]) -> int:
 
 def log_events(paths: Iterable[Path]) -> Iterator[tuple[str, Any]]:
     """(session id, raw event) for every event of the logs, packed rows expanded."""
+    from stream.contract.errors import BadLine
     from stream.contract.storage import ChunkRun
     from stream.logs.reader import read_logs
-    from stream.session.offline import BadLine
 
     for log in read_logs([str(p) for p in paths]):
         for _, item in log.lines():

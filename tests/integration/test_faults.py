@@ -23,10 +23,10 @@ import orjson
 import pytest
 
 from stream.config import Settings
-from stream.contract import build
 from stream.contract.jsontext import MAX_DEPTH
 from stream.ops.admin import ensure_topics
 from stream.session.batch import RESET_HEADER
+from stream.testing import events as build
 from tests.generators.extreme import MAX_SAFE, extreme_messages
 from tests.generators.sessions import RawNumber
 from tests.integration.faults import (

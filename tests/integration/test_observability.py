@@ -6,20 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.generators.sessions import generate_session, write_session_jsonl
-from tests.integration.harness import Deployment, log_events, wait_until
+from tests.integration.harness import Deployment, event_count, wait_until, write_sessions
 
 pytestmark = pytest.mark.integration
 
 
 def _logs(directory: Path, sessions: int = 6) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(61)
-    paths = []
-    for i in range(sessions):
-        path = directory / f"m{i}.jsonl"
-        write_session_jsonl(path, f"m{i}", generate_session(rng, f"m{i}", rng.randint(50, 150)))
-        paths.append(path)
+    """Generated sessions and a log of one unreadable event."""
+    paths = write_sessions(directory, random.Random(61), "m", sessions, (50, 150))
     bad = directory / "bad.jsonl"
     bad.write_text('{"type":"x","seq":"nope","time":1,"data":{}}\n')
     return [*paths, bad]
@@ -29,7 +23,7 @@ def test_counters_agree_with_the_redis_totals_and_the_probes_answer(
     deployment: Deployment, tmp_path: Path
 ) -> None:
     paths = _logs(tmp_path / "logs")
-    total = sum(1 for _ in log_events(paths))
+    total = event_count(paths)
     worker = deployment.start_worker(STREAM_LOG_FORMAT="json")
     assert worker.probe("/livez") == 200
     wait_until(lambda: worker.probe("/readyz") == 200, 60, "readiness")

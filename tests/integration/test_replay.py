@@ -17,29 +17,23 @@ from confluent_kafka.admin import AdminClient
 
 from stream.config import Settings
 from stream.ops.control import Control, read_control
-from tests.generators.sessions import generate_session, write_session_jsonl
-from tests.integration.harness import REPO, Deployment, log_events, offline_fold, wait_until
+from tests.integration.harness import (
+    EXAMPLE_LOG,
+    REPO,
+    Deployment,
+    event_count,
+    offline_fold,
+    wait_until,
+    write_sessions,
+)
 
 pytestmark = pytest.mark.integration
 
 
 def _logs(directory: Path, sessions: int, seed: int) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
+    """Generated sessions and the example log (read in place)."""
     rng = random.Random(seed)
-    paths = []
-    for i in range(sessions):
-        session_id = f"replay-{seed}-{i}"
-        path = directory / f"{session_id}.jsonl"
-        write_session_jsonl(
-            path, session_id, generate_session(rng, session_id, rng.randint(30, 150))
-        )
-        paths.append(path)
-    paths.append(REPO / "examples" / "example-system-prompts.jsonl")
-    return paths
-
-
-def _event_count(paths: list[Path]) -> int:
-    return sum(1 for _ in log_events(paths))
+    return [*write_sessions(directory, rng, f"replay-{seed}-", sessions, (30, 150)), EXAMPLE_LOG]
 
 
 def _stream(deployment: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
@@ -100,7 +94,7 @@ def test_replay_to_earliest_plans_moves_once_and_republishes_the_same_state(
     deployment: Deployment, tmp_path: Path
 ) -> None:
     paths = _logs(tmp_path / "logs", sessions=6, seed=41)
-    expected, total = offline_fold(paths), _event_count(paths)
+    expected, total = offline_fold(paths), event_count(paths)
     worker = deployment.start_worker()
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
@@ -148,7 +142,7 @@ def test_rebuild_restores_every_session_after_redis_and_local_state_are_lost(
     deployment: Deployment, tmp_path: Path
 ) -> None:
     paths = _logs(tmp_path / "logs", sessions=6, seed=43)
-    expected, total = offline_fold(paths), _event_count(paths)
+    expected, total = offline_fold(paths), event_count(paths)
     worker = deployment.start_worker()
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
@@ -189,10 +183,10 @@ def test_replay_refuses_live_members_and_lag_equals_the_brokers_figures(
     deployment: Deployment, tmp_path: Path, kafka_admin: AdminClient
 ) -> None:
     paths = _logs(tmp_path / "logs", sessions=4, seed=47)
-    total = _event_count(paths)
+    total = event_count(paths)
     worker = deployment.start_worker()
     deployment.stream("produce", *map(str, paths[:2]))
-    deployment.wait_accounted(_event_count(paths[:2]))
+    deployment.wait_accounted(event_count(paths[:2]))
     topic = _input(deployment)
 
     def settled() -> bool:  # the worker commits on its interval: wait for it
@@ -229,7 +223,7 @@ def test_replay_refuses_live_members_and_lag_equals_the_brokers_figures(
         assert (row["earliest"], row["end"], row["committed"]) == (low, high, committed)
         assert row["lag"] == high - (committed if committed is not None else low)
     lag = sum(row["lag"] for row in figures["partitions"])
-    assert figures["lag"] == lag == total - _event_count(paths[:2])
+    assert figures["lag"] == lag == total - event_count(paths[:2])
 
     table = _stream(deployment, "lag")
     assert table.returncode == 0 and f"{lag:,}" in table.stdout
@@ -242,10 +236,10 @@ def test_replay_refuses_live_members_and_lag_equals_the_brokers_figures(
 def test_workers_publish_with_the_rebuild_generation(
     deployment: Deployment, tmp_path: Path
 ) -> None:
-    paths = [REPO / "examples" / "example-system-prompts.jsonl"]
+    paths = [EXAMPLE_LOG]
     worker = deployment.start_worker()
     deployment.stream("produce", *map(str, paths))
-    deployment.wait_accounted(_event_count(paths))
+    deployment.wait_accounted(event_count(paths))
     assert worker.terminate() == 0
     done = _stream(deployment, "replay", "--to-earliest", "--rebuild", "--wait", "20", "--yes")
     assert done.returncode == 0, done.stderr

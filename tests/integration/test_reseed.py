@@ -11,26 +11,19 @@ import orjson
 import pytest
 import redis
 
-from tests.generators.sessions import generate_session, write_session_jsonl
-from tests.integration.harness import Deployment, log_events, offline_fold, wait_until
+from tests.integration.harness import (
+    Deployment,
+    event_count,
+    offline_fold,
+    wait_until,
+    write_sessions,
+)
 
 pytestmark = pytest.mark.integration
 
 
 def _corpus(directory: Path, sessions: int, seed: int) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    paths = []
-    for i in range(sessions):
-        name = f"r{seed}-{i}"
-        path = directory / f"{name}.jsonl"
-        write_session_jsonl(path, name, generate_session(rng, name, rng.randint(40, 200)))
-        paths.append(path)
-    return paths
-
-
-def _count(paths: list[Path]) -> int:
-    return sum(1 for _ in log_events(paths))
+    return write_sessions(directory, random.Random(seed), f"r{seed}-", sessions, (40, 200))
 
 
 def _exact(deployment: Deployment, expected: dict[str, dict[str, Any]]) -> bool:
@@ -48,7 +41,7 @@ def test_a_flushall_while_idle_is_repaired_within_seconds(
     expected = offline_fold(paths)
     deployment.start_worker()
     deployment.stream("produce", *map(str, paths))
-    deployment.wait_accounted(_count(paths))
+    deployment.wait_accounted(event_count(paths))
     before = deployment.stats()
     deployment.redis().flushall()
     started = time.monotonic()
@@ -66,7 +59,7 @@ def test_a_reseed_racing_live_updates_never_moves_a_session_backwards(
     first, second = paths[:5], paths
     deployment.start_worker()
     deployment.stream("produce", *map(str, first))
-    deployment.wait_accounted(_count(first))
+    deployment.wait_accounted(event_count(first))
     # Watch every channel: per session, published seqs never go down.
     seen: dict[str, int] = {}
     backwards: list[tuple[str, int, int]] = []
@@ -97,7 +90,7 @@ def test_a_reseed_racing_live_updates_never_moves_a_session_backwards(
         watcher.join(5)
         pubsub.close()
     assert not backwards
-    assert deployment.accounted() == _count(paths)
+    assert deployment.accounted() == event_count(paths)
 
 
 def test_republish_into_an_empty_redis_under_another_prefix_equals_the_original(
@@ -106,7 +99,7 @@ def test_republish_into_an_empty_redis_under_another_prefix_equals_the_original(
     paths = _corpus(tmp_path / "logs", sessions=8, seed=47)
     deployment.start_worker()
     deployment.stream("produce", *map(str, paths))
-    deployment.wait_accounted(_count(paths))
+    deployment.wait_accounted(event_count(paths))
     client = deployment.redis()
     fresh = "copy:"
     done = deployment.stream("republish", REDIS_KEY_PREFIX=fresh)
@@ -137,7 +130,7 @@ def test_with_two_workers_every_owner_reseeds_its_own_partitions(
     deployment.start_worker("a")
     deployment.start_worker("b")
     deployment.stream("produce", *map(str, paths))
-    deployment.wait_accounted(_count(paths))
+    deployment.wait_accounted(event_count(paths))
     before = deployment.stats()
     deployment.redis().flushall()
     wait_until(lambda: _exact(deployment, expected), 45, "both workers' re-seeds")

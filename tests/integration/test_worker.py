@@ -16,14 +16,15 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.contract.jsontext import dumps
-from tests.generators.sessions import generate_session, write_session_jsonl
 from tests.integration.harness import (
-    REPO,
+    EXAMPLE_LOG,
     Deployment,
     RedisServer,
+    event_count,
     log_events,
     offline_fold,
     wait_until,
+    write_sessions,
 )
 
 pytestmark = pytest.mark.integration
@@ -32,17 +33,9 @@ pytestmark = pytest.mark.integration
 def _corpus(directory: Path, sessions: int = 12, seed: int = 11) -> list[Path]:
     """Generated nasty sessions, a metered-compaction example with system prompts, and one
     session with a contract violation (a claim over the wrong range)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    paths = []
-    for i in range(sessions):
-        path = directory / f"gen-{seed}-{i}.jsonl"
-        write_session_jsonl(
-            path, f"gen-{seed}-{i}", generate_session(rng, f"gen-{seed}-{i}", rng.randint(30, 250))
-        )
-        paths.append(path)
-    shutil.copy(REPO / "examples" / "example-system-prompts.jsonl", directory)
-    paths.append(directory / "example-system-prompts.jsonl")
+    paths = write_sessions(directory, random.Random(seed), f"gen-{seed}-", sessions, (30, 250))
+    shutil.copy(EXAMPLE_LOG, directory)
+    paths.append(directory / EXAMPLE_LOG.name)
     faulty = directory / "faulty.jsonl"
     faulty.write_text("\n".join(orjson.dumps(e).decode() for e in _faulty_session()) + "\n")
     paths.append(faulty)
@@ -86,15 +79,6 @@ def _faulty_session() -> list[dict[str, Any]]:
     ]
 
 
-def _event_count(paths: list[Path]) -> int:
-    return sum(1 for _ in _events(paths))
-
-
-def _events(paths: list[Path]) -> Any:
-    for _, event in log_events(paths):
-        yield event
-
-
 def _java_placement_producer(deployment: Deployment) -> Producer:
     return Producer({"bootstrap.servers": deployment.bootstrap, "partitioner": "murmur2_random"})
 
@@ -116,7 +100,7 @@ def test_worker_publishes_exactly_the_offline_fold(deployment: Deployment, tmp_p
     }
     deployment.start_worker()
     deployment.stream("produce", *map(str, paths))
-    total = _event_count(paths)
+    total = event_count(paths)
     deployment.wait_accounted(total)
     stats = deployment.stats()
     assert stats["dead_lettered"] == 0 and stats["duplicate"] == 0
@@ -129,7 +113,7 @@ def test_segments_and_single_events_give_identical_results(
 ) -> None:
     paths = _corpus(tmp_path / "logs", sessions=6, seed=5)
     expected = offline_fold(paths)
-    total = _event_count(paths)
+    total = event_count(paths)
     results = []
     for segment in ("1", "7"):
         deployment = Deployment(kafka_bootstrap, redis_url, tmp_path / f"seg{segment}")
@@ -174,7 +158,7 @@ def test_unreadable_messages_are_dead_lettered_and_counts_add_up(
     for key, value in bad:
         producer.produce(topic, key=key, value=value)
     producer.flush(10)
-    produced = _event_count(paths) + 4 + 3  # four bad messages; a three-element segment
+    produced = event_count(paths) + 4 + 3  # four bad messages; a three-element segment
     deployment.wait_accounted(produced)
     stats = deployment.stats()
     assert stats["dead_lettered"] == 5
@@ -197,7 +181,7 @@ def test_unreadable_messages_are_dead_lettered_and_counts_add_up(
 def test_a_crash_before_commit_counts_nothing_twice(deployment: Deployment, tmp_path: Path) -> None:
     paths = _corpus(tmp_path / "logs", sessions=6, seed=9)
     expected = offline_fold(paths)
-    total = _event_count(paths)
+    total = event_count(paths)
     # Commits only every 10 minutes: everything this worker folds is uncommitted.
     first = deployment.start_worker(STREAM_COMMIT_INTERVAL="600")
     deployment.stream("produce", *map(str, paths))
@@ -219,13 +203,13 @@ def test_a_crash_before_commit_counts_nothing_twice(deployment: Deployment, tmp_
 
 def test_sigterm_finishes_the_batch_and_commits(deployment: Deployment, tmp_path: Path) -> None:
     paths = _corpus(tmp_path / "logs", sessions=4, seed=13)
-    total = _event_count(paths)
+    total = event_count(paths)
     first = deployment.start_worker()
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
     assert first.terminate() == 0
     first.restart()
-    deployment.stream("produce", str(REPO / "examples" / "example-system-prompts.jsonl"))
+    deployment.stream("produce", str(EXAMPLE_LOG))
     deployment.wait_accounted(total + 16)
     assert deployment.stats()["duplicate"] == 16  # only the re-produced example
     assert first.metrics().get("stream_redelivered_messages_total", 0) == 0
@@ -236,7 +220,7 @@ def test_two_workers_split_the_partitions_and_stay_exact(
 ) -> None:
     paths = _corpus(tmp_path / "logs", sessions=16, seed=21)
     expected = offline_fold(paths)
-    total = _event_count(paths)
+    total = event_count(paths)
     a = deployment.start_worker("a")
     b = deployment.start_worker("b")
     wait_until(lambda: "Ready" in a.log().split("Ready", 1)[-1] or True, 1, "rebalance")
@@ -262,7 +246,7 @@ def test_rows_live_in_the_changelog_partition_of_their_input_partition(
         producer.produce(topic, key=session_id.encode(), value=dumps(event))
         producer.poll(0)
     producer.flush(30)
-    deployment.wait_accounted(_event_count(paths))
+    deployment.wait_accounted(event_count(paths))
     _assert_exact(deployment, expected)
     input_partitions = {m.key(): m.partition() for m in deployment.consume_all(topic)}
     changelog = deployment.consume_all(f"{deployment.name}-sessions-changelog")
@@ -334,13 +318,13 @@ def test_a_new_worker_restores_rows_from_the_changelog(
     expected = offline_fold(paths)
     first = deployment.start_worker()
     deployment.stream("produce", *map(str, first_half))
-    deployment.wait_accounted(_event_count(first_half))
+    deployment.wait_accounted(event_count(first_half))
     assert first.terminate() == 0
     deployment.start_worker("fresh")  # another state directory: nothing local
     deployment.stream("produce", *map(str, paths))  # everything again, plus the rest
-    deployment.wait_accounted(_event_count(first_half) + _event_count(paths))
+    deployment.wait_accounted(event_count(first_half) + event_count(paths))
     stats = deployment.stats()
-    assert stats["duplicate"] == _event_count(first_half)
+    assert stats["duplicate"] == event_count(first_half)
     _assert_exact(deployment, expected)
 
 
@@ -361,7 +345,7 @@ def test_a_redis_outage_neither_stalls_nor_loses_and_redis_comes_back_exact(
             STREAM_MAX_POLL_INTERVAL="8", STREAM_REDIS_CHECK_INTERVAL="1"
         )
         deployment.stream("produce", *map(str, first))
-        deployment.wait_accounted(_event_count(first))
+        deployment.wait_accounted(event_count(first))
         server.stop()
         deployment.stream("produce", *map(str, second))
         # Consumption goes on: the output topic gets every session's final update.
@@ -374,9 +358,9 @@ def test_a_redis_outage_neither_stalls_nor_loses_and_redis_comes_back_exact(
         assert worker.metrics()["stream_redis_retrying"] == 1
         time.sleep(10)  # past the max poll interval: still a member, still consuming
         server.start()  # empty
-        deployment.wait_accounted(_event_count(paths), timeout=60)
+        deployment.wait_accounted(event_count(paths), timeout=60)
         _assert_exact(deployment, expected)
-        assert deployment.accounted() == _event_count(paths)
+        assert deployment.accounted() == event_count(paths)
         wait_until(lambda: worker.probe("/readyz") == 200, 30, "readiness to return")
         assert "leaving group" not in worker.log().lower()
     finally:

@@ -1,10 +1,10 @@
 """Short names for session events in the unit tests (see conftest.py), and :func:`fold`.
 
-The events themselves come from the one event factory, ``stream.contract.build``; these
+The events themselves come from the event factory, ``stream.testing.events``; these
 wrappers only make a test read like the log line it stands for: every builder returns
 what ``read_event`` makes of the raw object, and ``raw`` returns the raw object itself.
-``None`` for an optional argument leaves the key out, except where the argument's
-default is ``_UNSET`` (then ``None`` writes ``null``).
+As in the factory, ``ABSENT`` for an optional argument leaves the key out and any other
+value, ``None`` included, is written (``None`` as ``null``).
 """
 
 from __future__ import annotations
@@ -12,29 +12,31 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from stream.contract import build
 from stream.contract.events import Event, read_event
+from stream.testing import events as build
+from stream.testing.events import ABSENT
 
-_UNSET: Any = build.ABSENT
+_EMPTY: Any = {}  # raw's default data, standing for a fresh {} each call
 
 
 def raw(
     type: str,
     seq: int,
-    data: Any = _UNSET,
-    surfaceOp: Any = _UNSET,
+    data: Any = _EMPTY,
+    surfaceOp: Any = ABSENT,
     time: Any = build.T0,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A raw event object; ``data`` defaults to ``{}``, ``surfaceOp`` to absent."""
-    return build.event(type, seq, {} if data is _UNSET else data, op=surfaceOp, time=time, **extra)
+    """A raw event object; ``data`` defaults to ``{}`` (``ABSENT`` leaves it out),
+    ``surfaceOp`` to absent."""
+    return build.event(type, seq, {} if data is _EMPTY else data, op=surfaceOp, time=time, **extra)
 
 
 def ev(
     type: str,
     seq: int,
-    data: Any = _UNSET,
-    surfaceOp: Any = _UNSET,
+    data: Any = _EMPTY,
+    surfaceOp: Any = ABSENT,
     **extra: Any,
 ) -> Event:
     """``read_event`` of :func:`raw`."""
@@ -61,19 +63,12 @@ def assistant(
     seq: int,
     *texts: str,
     op: Any = "append",
-    usage: Any = _UNSET,
-    turn: int | None = None,
-    step: int | None = None,
+    usage: Any = ABSENT,
+    turn: Any = ABSENT,
+    step: Any = ABSENT,
 ) -> Event:
     return read_event(
-        build.assistant_message(
-            seq,
-            content(*texts),
-            usage=usage,
-            turn=build.ABSENT if turn is None else turn,
-            step=build.ABSENT if step is None else step,
-            op=op,
-        )
+        build.assistant_message(seq, content(*texts), usage=usage, turn=turn, step=step, op=op)
     )
 
 
@@ -89,26 +84,21 @@ def system(seq: int, *texts: str, op: Any = "append") -> Event:
 # --- other events -----------------------------------------------------------------------------
 
 
-def header(seq: int, system: Any = _UNSET, tools: Any = _UNSET) -> Event:
+def header(seq: int, system: Any = ABSENT, tools: Any = ABSENT) -> Event:
     return read_event(build.request_header(seq, system=system, tools=tools))
 
 
-def context(seq: int, window: Any = _UNSET) -> Event:
+def context(seq: int, window: Any = ABSENT) -> Event:
     return read_event(build.request_context(seq, window))
 
 
 def usage(
     input: int = 0,
     output: int = 0,
-    cache_read: int | None = None,
-    cache_write: int | None = None,
+    cache_read: Any = ABSENT,
+    cache_write: Any = ABSENT,
 ) -> dict[str, Any]:
-    return build.usage(
-        input,
-        output,
-        cache_read=build.ABSENT if cache_read is None else cache_read,
-        cache_write=build.ABSENT if cache_write is None else cache_write,
-    )
+    return build.usage(input, output, cache_read=cache_read, cache_write=cache_write)
 
 
 def usage_chunk(seq: int, sample: Any, turn: int = 0, step: int = 0) -> Event:
@@ -124,7 +114,7 @@ def meter(
     start: int,
     end: int,
     tokens: int,
-    shadowed: Any = _UNSET,
+    shadowed: Any = ABSENT,
     kind: str = "compaction/summary",
 ) -> Event:
     """A metering event arming a claim over ``start..end`` priced ``tokens``."""

@@ -7,7 +7,7 @@ import orjson
 import pytest
 import zstandard
 
-from stream.contract import build
+from stream.contract.errors import BadLine
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import (
     LogError,
@@ -18,7 +18,7 @@ from stream.logs.reader import (
     open_log,
     read_logs,
 )
-from stream.session.offline import BadLine
+from stream.testing import events as build
 
 
 def line(value: Any) -> bytes:

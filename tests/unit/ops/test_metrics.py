@@ -5,10 +5,10 @@ from typing import Any
 import orjson
 
 from stream.config import Settings
-from stream.contract import build
 from stream.ops.metrics import Metrics
 from stream.publish.publisher import RedisState
 from stream.session.batch import RESET_HEADER, Message, fold_batch
+from stream.testing import events as build
 
 
 def metrics(**settings: Any) -> Metrics:

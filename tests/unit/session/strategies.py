@@ -9,7 +9,7 @@ which the contract prices exactly. So on every generated log ``contextBreakdown`
 equal the positional fold after every event.
 
 Logs are lists of raw event dicts (what ``read_event`` takes), built by the event factory
-``stream.contract.build``; seqs are contiguous from 0.
+``stream.testing.events``; seqs are contiguous from 0.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from stream.contract import build
 from stream.contract.events import read_event
 from stream.projections.positional import Surface
+from stream.testing import events as build
 
 NASTY = [
     "",

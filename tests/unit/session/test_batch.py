@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream.contract import build
 from stream.contract.jsontext import dumps
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, Limits, Message, decode, fold_batch
+from stream.testing import events as build
 
 
 def msg(value: Any, key: bytes | None = b"s1", offset: int = 0) -> Message:

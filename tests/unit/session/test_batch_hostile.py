@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stream.contract import build
 from stream.session import batch as batch_module
 from stream.session import codec
 from stream.session.batch import (
@@ -29,6 +28,7 @@ from stream.session.batch import (
     decode,
     fold_batch,
 )
+from stream.testing import events as build
 from tests.generators.extreme import MAX_SAFE, Raw, extreme_messages
 
 EXAMPLES = int(os.environ.get("STREAM_FUZZ_EXAMPLES", "200"))

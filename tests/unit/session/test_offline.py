@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from stream.cli import main
 from stream.config import Settings
-from stream.contract import build
+from stream.contract.errors import BadLine
 from stream.contract.events import read_event
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import open_log
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.session.batch import Message, fold_batch
-from stream.session.offline import BadLine, fold_lines
+from stream.session.offline import fold_lines
 from stream.session.processor import (
     SessionRecord,
     Tally,
@@ -25,6 +25,7 @@ from stream.session.processor import (
     process_run,
     update,
 )
+from stream.testing import events as build
 
 from ..builders import raw, user
 

@@ -8,7 +8,6 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.contract import build
 from stream.contract.events import read_event
 from stream.contract.storage import expand
 from stream.session import codec, processor
@@ -22,6 +21,7 @@ from stream.session.processor import (
     update,
     views,
 )
+from stream.testing import events as build
 
 from ..builders import (
     assistant,

@@ -7,7 +7,6 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stream.contract import build
 from stream.contract.events import read_event
 from stream.projections.positional import Surface
 from stream.session import codec
@@ -19,6 +18,7 @@ from stream.session.processor import (
     process,
     views,
 )
+from stream.testing import events as build
 
 from .strategies import bad_events, is_unmetered_replace, session_logs, texts
 

@@ -1,4 +1,4 @@
-"""The event factory (``stream.contract.build``): the shapes the contract reads.
+"""The event factory (``stream.testing.events``): the shapes the contract reads.
 
 The worked examples of docs/contract.md (``docs/examples/``) are rebuilt line for line,
 byte for byte, so the factory writes what the contract documents; every builder reads
@@ -11,11 +11,12 @@ from typing import Any
 import orjson
 import pytest
 
-from stream.contract import build, data
-from stream.contract.build import ABSENT
+from stream.contract import data
 from stream.contract.errors import ContractError
 from stream.contract.events import APPEND, Replace, read_event
 from stream.contract.storage import ChunkRun, decode_line, expand, session_id_of
+from stream.testing import events as build
+from stream.testing.events import ABSENT
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
 T = 1_767_225_600_000  # the examples' first event time

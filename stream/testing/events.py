@@ -1,10 +1,11 @@
-"""Raw dsh events and log rows, in the shapes the contract reads (contract: "Events",
-"Session logs").
+"""The event factory of the tests and benchmarks, not part of the contract: raw dsh events
+and log rows, in the shapes the contract reads (contract: "Events", "Session logs").
 
-The one event factory: the unit tests, the property strategies, the oracle's session
-generator and the benchmark corpus all build their input here. Every function returns
-the plain JSON value a log line or a Kafka record holds (dicts and lists, keys in the
-order dsh writes them); ``events.read_event`` and ``storage.expand`` are the readers.
+The unit tests, the property strategies, the oracle's session generator and the benchmarks
+all build their input here; nothing in the service does. Every function returns the plain
+JSON value a log line or a Kafka record holds (dicts and lists, keys in the order dsh
+writes them); ``stream.contract.events.read_event`` and ``stream.contract.storage.expand``
+are the readers.
 
 Nothing here validates. A test that needs a malformed event passes the bad value through
 the same function: parameters typed ``Json`` take any value, written as given. An
