@@ -325,7 +325,7 @@ class _Open:
     first_seq: int  # the first seq the batch offered (an unreadable row faults there)
     stored: codec.RowPart | None  # the stored row's part in the census (codec.row_part)
     messages: list[Message] = field(default_factory=list)
-    retired: Tally = field(default_factory=Tally)  # tallies resets took back
+    retired: Tally | None = None  # tallies resets took back (rare: made when needed)
 
 
 @dataclass(slots=True)
@@ -353,10 +353,9 @@ class _Batch:
     def session(self, partition: int, key: bytes, first_seq: int) -> _Open:
         entry = self.sessions.get((partition, key))
         if entry is None:
-            row = self.load(key, partition)
-            record = _restore(row, first_seq, self.limits)
+            record, stored = _restore(self.load(key, partition), first_seq, self.limits, self.folds)
             before = Tally(*record.tally.as_list())
-            entry = _Open(record, before, first_seq, codec.row_part(row))
+            entry = _Open(record, before, first_seq, stored)
             self.sessions[(partition, key)] = entry
         return entry
 
@@ -410,6 +409,8 @@ class _Batch:
                 ResetNote(session_id, gen, record.gen, applied, message.partition, message.offset)
             )
         if applied:
+            if entry.retired is None:
+                entry.retired = Tally()
             entry.retired.add(record.tally)
             fresh = SessionRecord.new(self.folds)
             record.slots, record.seen, record.tally = fresh.slots, fresh.seen, fresh.tally
@@ -518,9 +519,10 @@ class _Batch:
         for entry in self.sessions.values():
             # New events only: what the batch added, the part a reset took back included.
             result.counts.add_tally(entry.record.tally)
-            result.counts.add_tally(entry.retired)
             result.counts.add_tally(entry.before, -1)
-            result.retired.add_tally(entry.retired)
+            if entry.retired is not None:  # a reset took a tally back
+                result.counts.add_tally(entry.retired)
+                result.retired.add_tally(entry.retired)
         for partition, open_partition in self.partitions.items():
             row = open_partition.row
             result.counts.dead_lettered += row[0] - open_partition.before_dead
@@ -566,22 +568,27 @@ def _partition_row(stored: bytes | None) -> list[int]:
     return [0, -1]
 
 
-def _restore(stored: bytes | None, first_seq: int, limits: Limits) -> SessionRecord:
+def _restore(
+    stored: bytes | None, first_seq: int, limits: Limits, folds: tuple[Projection, ...]
+) -> tuple[SessionRecord, codec.RowPart | None]:
+    """The record to fold on (by ``folds``, the projections of ``limits``), and the stored
+    row's part in the census (None: no row, or one that cannot be read)."""
     if stored is None:
-        return SessionRecord.new(limits.folds)
+        return SessionRecord.new(folds), None
     try:
-        return codec.decode(stored, limits.folds)
+        record = codec.decode(stored, folds)
+        return record, codec.part(record)
     except codec.RowError as error:
         # A row we cannot read cannot be trusted, and guessing would count history twice
         # or drift: the session starts over from what the input allows. From seq 0 (a
         # replay) that is everything; otherwise every projection faults loudly at this
         # event until the session is rebuilt (`stream replay --rebuild`).
-        record = SessionRecord.new(limits.folds)
+        record = SessionRecord.new(folds)
         if first_seq > 0:
             reason = f"stored row unreadable ({error}); rebuild the session with a replay"
             for slot in record:
                 slot.fault = fault(first_seq, safe_text(reason, limits.error_chars))
-        return record
+        return record, None
 
 
 __all__ = [

@@ -33,6 +33,9 @@ from stream.session.processor import (
 ROW_FORMAT: Final = 2
 
 
+_BY_KEY: Final = {p.key: p for p in PROJECTIONS}
+
+
 @lru_cache(maxsize=8)
 def _by_key(folds: tuple[Projection, ...]) -> dict[str, Projection]:
     return {p.key: p for p in folds}
@@ -65,27 +68,30 @@ def encode(record: SessionRecord) -> bytes:
 
 
 # A row's part in a partition's figures: (any projection faulted, (folded, duplicate,
-# faulted events)). Read straight from the stored bytes, so the worker's census of a
+# faulted events)), of the record as ``decode`` reads it, so the worker's census of a
 # partition and a batch's before/after of a session agree by construction.
 RowPart = tuple[bool, tuple[int, int, int]]
 
 
+def part(record: SessionRecord) -> RowPart:
+    """A record's part in its partition's figures."""
+    t = record.tally
+    faulted = False
+    for slot in record.slots.values():
+        if slot.fault is not None:
+            faulted = True
+            break
+    return faulted, (t.folded, t.duplicate, t.faulted)
+
+
 def row_part(row: bytes | None) -> RowPart | None:
-    """A stored row's part, read cheaply (no projection state is decoded); None when
-    there is no row or it is not one this format reads."""
+    """A stored row's part; None when there is no row or it cannot be read."""
     if row is None:
         return None
     try:
-        raw = orjson.loads(row)
-    except orjson.JSONDecodeError:
+        return part(decode(row))
+    except RowError:
         return None
-    if type(raw) is not list or len(raw) < 4 or raw[0] != ROW_FORMAT or type(raw[3]) is not list:
-        return None
-    tally = raw[3]
-    if len(tally) < 3 or not all(type(n) is int for n in tally[:3]):
-        return None
-    faulted = any(type(e) is list and len(e) > 3 and e[3] is not None for e in raw[4:])
-    return faulted, (tally[0], tally[1], tally[2])
 
 
 def decode(row: bytes, folds: tuple[Projection, ...] = PROJECTIONS) -> SessionRecord:
@@ -116,7 +122,7 @@ def _record(raw: Any, folds: tuple[Projection, ...]) -> SessionRecord:
     if type(tally) is not list or len(tally) != 4 or any(type(n) is not int for n in tally):
         raise StateError("tally must be four integers (folded, duplicate, faulted, gen)")
     stored: dict[str, Slot] = {}
-    by_key = _by_key(folds)
+    by_key = _BY_KEY if folds is PROJECTIONS else _by_key(folds)
     for entry in entries:
         if type(entry) is not list or len(entry) < 2:
             raise StateError("a projection entry must be a list")
