@@ -273,7 +273,7 @@ class Worker:
         """The group's assignment is recovered: count its rows, re-seed Redis from them."""
         stats = self.stats
         stats.recovered = True
-        stats.progress.clear()  # a stall is counted from the assignment, not across it
+        stats.forget_progress()  # a stall is counted from the assignment, not across it
         self.app.add_future(self.count_rows(stats.census.assign(self.assigned())))
         if self.settings.reseed_on_assign:
             # Anything a crash kept from Redis (queued updates of a dead worker) is in the

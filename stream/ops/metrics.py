@@ -274,6 +274,14 @@ class Metrics:
             self.committed_lag.remove(str(partition))
         self.refresh_live()
 
+    def forget_progress(self) -> None:
+        """A new assignment: stalls are counted from it, and partitions that moved away
+        leave the exported series."""
+        for partition in self.progress:
+            self.stalled.remove(str(partition))
+            self.committed_lag.remove(str(partition))
+        self.progress.clear()
+
     def observe_progress(
         self, partition: int, committed: int | None, waiting: int, now: float
     ) -> None:

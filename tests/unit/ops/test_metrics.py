@@ -101,3 +101,14 @@ def test_a_refused_control_record_turns_readiness_red() -> None:
     m.control_problem = "offset 3: a tombstone ignored"
     assert m.not_ready() == ["control record: offset 3: a tombstone ignored"]
     assert value(m, "stream_control_record_problem") == 1
+
+
+def test_a_new_assignment_forgets_the_partitions_that_moved_away() -> None:
+    m = metrics(stall_seconds=1)
+    m.observe_progress(2, 5, 9, now=0.0)
+    m.observe_progress(2, 5, 9, now=5.0)
+    assert value(m, "stream_committed_lag", partition="2") == 9
+    m.forget_progress()
+    assert value(m, "stream_committed_lag", partition="2") is None
+    assert value(m, "stream_partition_stalled", partition="2") is None
+    assert m.not_ready() == []
