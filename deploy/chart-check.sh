@@ -144,7 +144,11 @@ for values in "$CHART"/ci/*-values.yaml; do
     -f "$values" --show-only templates/notes-check.yaml >/dev/null || die "NOTES.txt with $values"
   count=$((count + 1))
 done
-[ "$count" -ge 4 ] || die "expected at least 4 value sets in $CHART/ci, found $count"
+[ "$count" -ge 5 ] || die "expected at least 5 value sets in $CHART/ci, found $count"
+# The value set that turns everything on renders (and so validated) the optional kinds too.
+for kind in NetworkPolicy HorizontalPodAutoscaler Deployment ServiceMonitor PrometheusRule; do
+  grep -q "^kind: $kind\$" "$OUT/all.yaml" || die "ci/all-values.yaml renders no $kind"
+done
 
 # The alerts: PromQL and templates that Prometheus accepts, and rules that fire when they
 # should (tests/deploy/alerts.test.yaml, against the production value set's rules).
@@ -174,9 +178,11 @@ cp tests/deploy/alerts.test.yaml "$OUT/alerts.test.yaml"
   || { cat "$WORK/promtool-test.log" >&2; die "promtool test rules (tests/deploy/alerts.test.yaml)"; }
 
 # Values the chart must refuse (schema or template checks), with the reason it must give.
+refused=0
 refuse() {  # REASON-REGEX helm-set-args...
   local reason=$1 output
   shift
+  refused=$((refused + 1))
   if output=$(render refused "$@" 2>&1); then die "rendered although it must fail: $*"; fi
   grep -Eq "$reason" <<<"$output" || { echo "$output" >&2; die "failed for another reason than /$reason/: $*"; }
 }
@@ -187,5 +193,21 @@ refuse "go together" --set kafka.securityProtocol=SSL,kafka.tls.existingSecret=t
 refuse "carries a password" --set redis.url=redis://:hunter2@redis:6379/0
 refuse "needs replicaCount" --set replicaCount=1,stream.standbyReplicas=1
 refuse "Additional property|additional properties" --set stream.partitons=12
+refuse "/stream/sessionTtl.*does not match" --set stream.sessionTtl=7days
+gw=(--set gateway.enabled=true)
+refuse "gateway.auth.mode jwt needs the keys" "${gw[@]}"
+refuse "/gateway/auth/mode.*must be one of" "${gw[@]}" --set gateway.auth.mode=basic
+refuse "/gateway/auth/jwksUrl.*does not match" "${gw[@]}" --set gateway.auth.jwksUrl=http://auth.example.com/jwks.json
+refuse "not both" "${gw[@]}" --set gateway.auth.jwks.existingSecret=k,gateway.auth.jwks.existingConfigMap=k
+refuse "not both" "${gw[@]}" --set gateway.auth.jwks.existingSecret=k,gateway.auth.jwksUrl=https://a.example.com/k
+refuse "checks no tokens" "${gw[@]}" --set gateway.auth.mode=none,gateway.auth.jwksUrl=https://a.example.com/k
+none=("${gw[@]}" --set gateway.auth.mode=none)
+refuse "own read-only user" "${none[@]}" --set redis.auth.existingSecret=r
+refuse "another Redis user" "${none[@]}" --set redis.auth.existingSecret=r,gateway.redis.auth.existingSecret=g
+refuse "gateway.redis.url carries a password" "${none[@]}" --set gateway.redis.url=redis://gw:pw@redis:6379/0
+refuse "minReplicas 5 is above maxReplicas 2" "${none[@]}" \
+  --set gateway.autoscaling.enabled=true,gateway.autoscaling.minReplicas=5,gateway.autoscaling.maxReplicas=2
+refuse "needs gateway.resources.requests.cpu" "${none[@]}" \
+  --set gateway.autoscaling.enabled=true,gateway.resources.requests.cpu=null
 
-say "ok: helm lint; $count value sets rendered and valid (kubeconform -strict, Kubernetes $KUBE_VERSION); alerts of $rules pass promtool check and the alert unit tests; 7 bad value sets refused; renders in ${OUT#"$ROOT"/}"
+say "ok: helm lint; $count value sets rendered and valid (kubeconform -strict, Kubernetes $KUBE_VERSION); alerts of $rules pass promtool check and the alert unit tests; $refused bad value sets refused; renders in ${OUT#"$ROOT"/}"

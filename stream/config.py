@@ -43,6 +43,23 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
 
 
+_DURATION = re.compile(r"([0-9]+)([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(raw: str, name: str) -> int:
+    """Seconds in ``7d``, ``12h``, ``90m``, ``30s`` or plain seconds."""
+    found = _DURATION.fullmatch(raw.strip().lower())
+    if found is None:
+        raise ConfigError(f"{name} must be a duration like 7d, 12h, 90m or seconds, got {raw!r}")
+    return int(found.group(1)) * _UNITS[found.group(2)]
+
+
+def _duration(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    return default if raw is None or raw == "" else duration(raw, name)
+
+
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -149,6 +166,10 @@ class Settings:
     # s a partition's committed offset may stand still while records wait before the
     # worker reports it stalled (metric, /readyz).
     stall_seconds: float = 60.0
+    # Sessions idle this long in event time expire everywhere (contract: "Session
+    # expiry"); 0 keeps them for good. 7 days: the input topic's default retention, past
+    # which a session could not be replayed from offsets anyway.
+    session_ttl_seconds: int = 7 * 86400
     web_port: int = 6066
     web_enabled: bool = False  # Faust's own web server; off so workers can share a host
     metrics_port: int = 9102  # /metrics, /livez, /readyz; 0 turns the endpoint off
@@ -198,6 +219,7 @@ class Settings:
             dead_letter_bytes=min(self.max_message_bytes, 900_000),
             resets=self.resets,
             system_prompts=self.max_system_prompts,
+            session_ttl=self.session_ttl_seconds * 1000,
         )
 
     def librdkafka(self) -> dict[str, Any]:
@@ -264,6 +286,7 @@ class Settings:
             max_system_prompts=_int(env, "STREAM_MAX_SYSTEM_PROMPTS", cls.max_system_prompts, 1),
             resets=_flag(env, "STREAM_RESETS", cls.resets),
             stall_seconds=_float(env, "STREAM_STALL_SECONDS", cls.stall_seconds),
+            session_ttl_seconds=_duration(env, "STREAM_SESSION_TTL", cls.session_ttl_seconds),
             web_port=_int(env, "STREAM_WEB_PORT", cls.web_port, 1),
             web_enabled=_flag(env, "STREAM_WEB_ENABLED", False),
             metrics_port=_int(env, "STREAM_METRICS_PORT", cls.metrics_port),

@@ -51,7 +51,7 @@ class BatchSender:
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self._pending: list[tuple[str, int | None, bytes | None, bytes, Any, Any]] = []
+        self._pending: list[tuple[str, int | None, bytes | None, bytes | None, Any, Any]] = []
         self._flushing: asyncio.Task[None] | None = None
 
     def add(
@@ -59,7 +59,7 @@ class BatchSender:
         topic: str,
         partition: int | None,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,  # None: a tombstone
         headers: list[tuple[str, bytes]] | None = None,
         on_sent: Callable[[int, int], None] | None = None,
     ) -> "asyncio.Future[Any]":
@@ -107,7 +107,8 @@ class BatchSender:
                     else:
                         break
                 if end == start:
-                    raise ValueError(f"a record of {len(records[start][3]):,} bytes does not fit")
+                    size = len(records[start][3] or b"")
+                    raise ValueError(f"a record of {size:,} bytes does not fit")
                 batch.close()
                 delivery = await producer.send_batch(batch, topic, partition=partition)
                 delivery.add_done_callback(_resolver(records[start:end], partition))
@@ -160,15 +161,21 @@ class Outbox:
     def __init__(self, sender: BatchSender, table: SessionTable, output: str, dead: str) -> None:
         self.sender, self.table, self.output, self.dead = sender, table, output, dead
 
-    def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]:
-        self.table.put(key, row, partition)
+    def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
+        """A row into its partition's store and changelog; None deletes it (a tombstone
+        there too, so a restore from the changelog drops it as well)."""
+        if row is None:
+            self.table.delete(key, partition)
+        else:
+            self.table.put(key, row, partition)
         return self.sender.add(
             self.table.changelog, partition, key, row, on_sent=self.table.persisted
         )
 
     def send_update(
-        self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
+        self, key: bytes, payload: bytes | None, headers: list[tuple[str, bytes]]
     ) -> Awaitable[Any]:
+        """A session's update to the output topic; None: its tombstone (it expired)."""
         return self.sender.add(self.output, None, key, payload, headers)
 
     def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]:

@@ -49,6 +49,9 @@ class SessionTable:
         """Into the partition's local store; its changelog record is the producer's."""
         self.table.data._db_for_partition(partition).put(key, row)
 
+    def delete(self, key: bytes, partition: int) -> None:
+        self.table.data._db_for_partition(partition).delete(key)
+
     def persisted(self, partition: int, offset: int) -> None:
         """The changelog holds the store's rows up to ``offset``. What Faust's
         ``Table._on_changelog_sent`` does, so a restart with local state recovers only

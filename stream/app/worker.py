@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,15 @@ from stream.ops.admin import ensure_topics
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
 from stream.runtime import tune_gc
+from stream.session import codec
 from stream.session.batch import BatchResult, Counts, Message, fold_batch
+from stream.session.expiry import Deadlines, sweep
+from stream.session.partition import PARTITION_KEY, PartitionRow
+
+# A sweep takes at most this many due sessions at a time, and the agent's batches go
+# between two such steps (the lock is fair), so a million sessions expiring at once are
+# worked off in steps of a few tens of milliseconds (docs/notes/013).
+SWEEP_STEP = 256
 
 log = logging.getLogger("stream.worker")
 
@@ -112,6 +121,11 @@ class Worker:
         self.outbox = Outbox(sender, self.table, settings.output_topic, settings.dlq_topic)
         self.limits = settings.limits
         self.totals = Counts()
+        self.deadlines = Deadlines()  # the expiry index: sessions by last activity
+        self.stream_time: dict[int, int | None] = {}  # per partition, after the last batch
+        self.lock = asyncio.Lock()  # a batch and a sweep step never interleave
+        self._sweep_wanted = asyncio.Event()
+        self._held: set[int] = set()  # partitions held after the last rebalance
         self.stats = metrics.Metrics.create(settings)
         self.stats.control_problem = "; ".join(control_problems)[:500]
         self._publisher: Publisher | None = None
@@ -146,6 +160,10 @@ class Worker:
         either (faust-streaming #606). Step 7 is the caller's (``_agent``), also at
         shutdown.
         """
+        async with self.lock:
+            await self._commit(events)
+
+    async def _commit(self, events: list[Any]) -> None:
         stats = self.stats
         messages = [
             Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
@@ -160,10 +178,69 @@ class Worker:
             await publisher.cache(result, records)  # 6
         self.totals.add(result.counts)
         self._log_resets(result)
+        self._file(result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack
             stats.observe_batch(messages, result, events[-1].message.timestamp)
         except Exception:
             log.exception("metrics of a batch not recorded")
+
+    # -- expiry --------------------------------------------------------------------
+    def _file(self, result: BatchResult) -> None:
+        """The batch's sessions into the expiry index, its stream times noted."""
+        if self.limits.session_ttl <= 0:
+            return
+        deadlines = self.deadlines
+        for change in result.sessions:
+            deadlines.set(change.partition, change.key, change.touched)
+        for part in result.partitions:
+            self.stream_time[part.partition] = part.now
+        self._sweep_wanted.set()
+
+    def _due(self, partition: int) -> bool:
+        now = self.stream_time.get(partition)
+        first = self.deadlines.next_due(partition)
+        return now is not None and first is not None and first < now - self.limits.session_ttl
+
+    async def sweep_step(self) -> int:
+        """Expire up to ``SWEEP_STEP`` due sessions of one walked partition (the first
+        with any due); returns how many left. Holds the lock for this step only."""
+        ttl = self.limits.session_ttl
+        async with self.lock:
+            for partition in self.stats.census.walked_partitions():
+                if not self._due(partition):
+                    continue
+                now = self.stream_time[partition]
+                assert now is not None
+                keys = self.deadlines.due(partition, now - ttl, SWEEP_STEP)
+                if not keys:
+                    continue
+                result = sweep(partition, keys, self.table.load, ttl, self.limits.folds)
+                for key, touched in result.alive:
+                    self.deadlines.set(partition, key, touched)
+                await self.publisher.expire(result)
+                try:
+                    self.stats.observe_sweep(result)
+                except Exception:
+                    log.exception("metrics of a sweep not recorded")
+                return len(result.expired)
+        return 0
+
+    async def _sweeper(self) -> None:
+        """Work off due sessions a step at a time, between batches, whenever any are due
+        (the batches say when: only the input moves a partition's stream time)."""
+        if self.limits.session_ttl <= 0:
+            return
+        while True:
+            await self._sweep_wanted.wait()
+            self._sweep_wanted.clear()
+            while any(self._due(p) for p in self.stats.census.walked_partitions()):
+                started = time.monotonic()
+                gone = await self.sweep_step()
+                if gone:
+                    log.debug(
+                        "expired %d sessions in %.1f ms", gone, 1e3 * (time.monotonic() - started)
+                    )
+                await asyncio.sleep(0)  # batches and heartbeats between steps
 
     def _log_resets(self, result: BatchResult) -> None:
         for note in result.resets:  # every reset, applied or not, leaves a line
@@ -217,11 +294,13 @@ class Worker:
         os._exit(3)
 
     async def reseed(self, partitions: list[int], why: str) -> None:
-        """Republish the rows of ``partitions`` to Redis, guarded (never backwards)."""
+        """Republish the rows of ``partitions`` to Redis, guarded (never backwards), less
+        the sessions past their TTL."""
         publisher = self.publisher
         sent = 0
         for partition in sorted(partitions):
-            sent += await publisher.reseed(self.table.rows(partition), partition)
+            clock = PartitionRow.decode(self.table.load(PARTITION_KEY, partition))
+            sent += await publisher.reseed(self.table.rows(partition), partition, clock)
         # Marked only once really written: with Redis away the updates stay queued, the
         # marker stays missing, and the next check re-seeds again.
         if await publisher.flush(60):
@@ -253,32 +332,52 @@ class Worker:
         return [tp.partition for tp in actives if tp.topic == self.settings.input_topic]
 
     async def count_rows(self, partitions: list[int]) -> None:
-        """The census of newly assigned partitions, walked in the background a chunk at a
-        time; a partition that moves away meanwhile is left (its walk token changes)."""
+        """The census and the expiry index of newly assigned partitions, walked in the
+        background a chunk at a time; a partition that moves away meanwhile is left (its
+        walk token changes). Sweeps of a partition start once its walk is complete."""
         census = self.stats.census
+        ttl = self.limits.session_ttl
+        folds = self.limits.folds
         for partition in partitions:
             token = census.walking.get(partition)
             if token is None:
                 continue
+            clock = PartitionRow.decode(self.table.load(PARTITION_KEY, partition))
+            self.stream_time[partition] = clock.now
             for n, (key, row) in enumerate(self.table.rows(partition), 1):
                 if census.walking.get(partition) is not token:
                     break
                 census.visit(partition, key, row)
+                if ttl > 0 and key != PARTITION_KEY:
+                    try:
+                        touched = clock.touched(codec.decode(row, folds))
+                    except codec.RowError:
+                        touched = None
+                    if touched is not None and not self.deadlines.filed(partition, key):
+                        self.deadlines.set(partition, key, touched)
                 if n % 2000 == 0:
                     await asyncio.sleep(0)  # let batches and heartbeats through
             else:
                 census.walked(partition)
+                self._sweep_wanted.set()
 
     async def recovered(self) -> None:
         """The group's assignment is recovered: count its rows, re-seed Redis from them."""
         stats = self.stats
         stats.recovered = True
         stats.forget_progress()  # a stall is counted from the assignment, not across it
-        self.app.add_future(self.count_rows(stats.census.assign(self.assigned())))
-        if self.settings.reseed_on_assign:
+        assigned = self.assigned()
+        self.deadlines.keep(assigned)
+        for partition in [p for p in self.stream_time if p not in assigned]:
+            del self.stream_time[partition]
+        self.app.add_future(self.count_rows(stats.census.assign(assigned)))
+        moved_in = sorted(set(assigned) - self._held)
+        self._held = set(assigned)
+        if self.settings.reseed_on_assign and moved_in:
             # Anything a crash kept from Redis (queued updates of a dead worker) is in the
-            # rows: republish them, guarded, so Redis equals the table again.
-            self.app.add_future(self.reseed(self.assigned(), "partitions assigned"))
+            # rows of the partitions that moved here: republish them, guarded, so Redis
+            # equals the table again. Partitions this worker kept need nothing.
+            self.app.add_future(self.reseed(moved_in, "partitions assigned"))
 
     async def watch_control(self) -> None:
         """Re-read the control topic: a record refused later is said loudly too."""
@@ -310,6 +409,10 @@ class Worker:
         @app.task  # type: ignore[untyped-decorator]
         async def _watch_redis() -> None:
             await self._watch_redis()
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def _sweeper() -> None:
+            await self._sweeper()
 
         @app.task  # type: ignore[untyped-decorator]
         async def _serve_metrics() -> None:

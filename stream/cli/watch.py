@@ -386,6 +386,13 @@ def _watch_session(
 
     def show(payload: bytes) -> None:
         update, seq = _load(payload), seq_of(payload)
+        if update is not None and update.get("expired") is True:
+            last.clear()  # its next life starts over from a lower seq
+            if live:
+                display.update(render_waiting(session_id), refresh=True)
+            else:
+                print(f"{printable(session_id)} expired", flush=True)
+            return
         if update is None or seq is None or (last and seq <= last[0]):
             return  # not an update, or one already shown (a repair republish, a resync)
         last[:] = [seq]
@@ -442,6 +449,11 @@ def _watch_all(
         session_id = layout.session_id_of(channel)
         update = _load(payload)
         if session_id is None or update is None:
+            return
+        if update.get("expired") is True:
+            rows.pop(session_id, None)
+            if not live:
+                print(f"{printable(session_id)} expired", flush=True)
             return
         if not live:
             _print_line(args, payload, update)

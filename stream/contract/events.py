@@ -86,6 +86,16 @@ def _read_op(raw: Any) -> tuple[SurfaceOp | None, str | None]:
     return Replace(start, end), None
 
 
+def event_time(raw: Any) -> int | None:
+    """An event's ``time`` when it is a safe integer (epoch ms), else None: what the
+    session's latest time and its partition's stream time take (contract: "Session
+    expiry"). Integers only, as the envelope check reads them."""
+    time = raw.get("time") if type(raw) is dict else None
+    if type(time) is int and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
+        return time
+    return None
+
+
 def read_event(raw: Any) -> Event:
     """Read one parsed JSON value as an event; raise ``Unreadable`` if it is not one."""
     if type(raw) is not dict:

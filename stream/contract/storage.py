@@ -53,6 +53,14 @@ class ChunkRun(NamedTuple):
     def events(self) -> list[dict[str, Any]]:
         return _expand_row(self.row)
 
+    @property
+    def last_time(self) -> int:
+        """The time of the run's last member (``time0`` plus every gap; validated)."""
+        time: int = self.row["time0"]
+        for gap in self.row["data"]["dt"]:
+            time += gap
+        return time
+
 
 _TEXT_KEYS: Final = {"turn", "step", "index", "dt", "texts"}
 _TOOL_KEYS: Final = {"turn", "step", "index", "id", "dt", "args"}

@@ -12,10 +12,8 @@ of them at a time, and keys are walked in RocksDB's bytewise order).
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import orjson
-
-from stream.session.batch import PARTITION_KEY
 from stream.session.codec import RowPart, row_part
+from stream.session.partition import PARTITION_KEY, PartitionRow
 
 Part = RowPart  # a session's part in the figures (``session.codec.row_part``)
 
@@ -28,6 +26,9 @@ class Figures:
     duplicate: int = 0
     faulted: int = 0
     dead_lettered: int = 0
+    # The partition row's: events of the sessions its sweeps expired, and how many.
+    retired: tuple[int, int, int] = (0, 0, 0)
+    expired: int = 0
 
     def add(self, part: Part | None, sign: int = 1) -> None:
         if part is None:
@@ -46,16 +47,15 @@ class _Walk:
     cursor: bytes = b""  # the last key walked
     # Sessions a batch changed meanwhile: (walked before the first change, part before it).
     first: dict[bytes, tuple[bool, Part | None]] = field(default_factory=dict)
-    latest: dict[bytes, Part] = field(default_factory=dict)
-    dead: int | None = None  # the partition row's count, when a batch moved it
+    latest: dict[bytes, Part | None] = field(default_factory=dict)
+    partition: PartitionRow | None = None  # the partition row, when a batch moved it
 
 
-def _dead(row: bytes) -> int:
-    try:
-        value = orjson.loads(row)
-    except orjson.JSONDecodeError:
-        return 0
-    return value[0] if type(value) is list and value and type(value[0]) is int else 0
+def _take(figures: Figures, row: PartitionRow) -> None:
+    figures.dead_lettered = row.dead
+    t = row.retired
+    figures.retired = (t.folded, t.duplicate, t.faulted)
+    figures.expired = row.expired
 
 
 class Census:
@@ -84,8 +84,8 @@ class Census:
             return
         walk.cursor = key
         if key == PARTITION_KEY:
-            if walk.dead is None:
-                walk.figures.dead_lettered = _dead(row)
+            if walk.partition is None:
+                _take(walk.figures, PartitionRow.decode(row))
             return
         if key not in walk.first:  # a session a batch changed is the batches' to count
             walk.figures.add(row_part(row))
@@ -100,13 +100,14 @@ class Census:
             if seen:
                 figures.add(before, -1)
             figures.add(walk.latest[key])
-        if walk.dead is not None:
-            figures.dead_lettered = walk.dead
+        if walk.partition is not None:
+            _take(figures, walk.partition)
         self.counted[partition] = figures
 
     # -- batches ---------------------------------------------------------------------
-    def observe(self, partition: int, key: bytes, before: Part | None, after: Part) -> None:
-        """A batch changed a session row (``before``: None when it had none)."""
+    def observe(self, partition: int, key: bytes, before: Part | None, after: Part | None) -> None:
+        """A batch changed a session row (``before``: None when it had none; ``after``:
+        None when it was deleted, the session expired)."""
         figures = self.counted.get(partition)
         if figures is not None:
             figures.add(before, -1)
@@ -118,12 +119,13 @@ class Census:
                 walk.first[key] = (key <= walk.cursor, before)
             walk.latest[key] = after
 
-    def observe_dead(self, partition: int, count: int) -> None:
+    def observe_partition(self, partition: int, row: PartitionRow) -> None:
+        """A batch or a sweep wrote the partition row."""
         figures = self.counted.get(partition)
         if figures is not None:
-            figures.dead_lettered = count
+            _take(figures, row)
         elif (walk := self.walking.get(partition)) is not None:
-            walk.dead = count
+            walk.partition = row
 
     # -- reading ---------------------------------------------------------------------
     def total(self) -> Figures:
@@ -135,4 +137,10 @@ class Census:
             out.duplicate += f.duplicate
             out.faulted += f.faulted
             out.dead_lettered += f.dead_lettered
+            out.retired = tuple(a + b for a, b in zip(out.retired, f.retired, strict=True))  # type: ignore[assignment]
+            out.expired += f.expired
         return out
+
+    def walked_partitions(self) -> list[int]:
+        """Partitions whose walk is complete (the expiry index holds all their rows)."""
+        return list(self.counted)

@@ -32,6 +32,8 @@ from stream.contract.events import READ_TYPES
 from stream.ops.census import Census
 from stream.publish.publisher import RedisState
 from stream.session.batch import BatchResult, Message
+from stream.session.expiry import SweepResult
+from stream.session.partition import PartitionRow
 
 log = logging.getLogger("stream.metrics")
 
@@ -70,6 +72,8 @@ class Metrics:
     redis_oom: Gauge
     redis_rejected: Counter
     ready_gauge: Gauge
+    sessions_live: Gauge
+    sessions_expired: Counter
     settings: Settings
     redis: RedisState | None = None
     redis_rejected_seen: int = 0  # RedisState.rejected already added to redis_rejected
@@ -142,7 +146,8 @@ class Metrics:
             ),
             retired=Counter(
                 "stream_events_retired",
-                "Events whose accounting a reset took back (the session started over)",
+                "Events of a session life that ended (a reset, or it expired and its next"
+                " event started a new one); they stay in every total",
                 ["outcome"],
                 registry=r,
             ),
@@ -202,6 +207,19 @@ class Metrics:
                 registry=r,
             ),
             ready_gauge=Gauge("stream_ready", "1 when /readyz is 200", registry=r),
+            sessions_live=Gauge(
+                "stream_sessions_live",
+                "Sessions alive in this worker's assigned partitions (rows not yet expired"
+                " or swept; counted from the rows)",
+                registry=r,
+            ),
+            sessions_expired=Counter(
+                "stream_sessions_expired",
+                "Sessions that expired (STREAM_SESSION_TTL): swept away, or found expired"
+                " by their next event",
+                ["how"],
+                registry=r,
+            ),
             settings=settings,
         )
         m.generation.set(settings.generation)
@@ -210,6 +228,8 @@ class Metrics:
             m.state_events.labels(outcome)
         for outcome in ("folded", "duplicate", "faulted"):
             m.retired.labels(outcome)
+        for how in ("swept", "by_event"):
+            m.sessions_expired.labels(how)
         return m
 
     # -- updates from the agent --------------------------------------------------------
@@ -228,6 +248,8 @@ class Metrics:
                 self.retired.labels(outcome).inc(value)
         for note in result.resets:
             self.resets.labels("yes" if note.applied else "no").inc()
+        if result.expired:
+            self.sessions_expired.labels("by_event").inc(result.expired)
         for kind, value in result.types.items():
             self.events_by_type.labels(kind if kind in _KNOWN_TYPES else "other").inc(value)
         self.batches.inc()
@@ -244,7 +266,17 @@ class Metrics:
         for change in result.sessions:
             census.observe(change.partition, change.key, change.before, change.after)
         for part in result.partitions:
-            census.observe_dead(part.partition, part.dead_lettered)
+            census.observe_partition(part.partition, PartitionRow.decode(part.row))
+
+    def observe_sweep(self, sweep: SweepResult) -> None:
+        """A sweep's sessions left the rows (delivered)."""
+        if not sweep.expired:
+            return
+        self.sessions_expired.labels("swept").inc(len(sweep.expired))
+        census = self.census
+        for expired in sweep.expired:
+            census.observe(sweep.partition, expired.key, expired.part, None)
+        census.observe_partition(sweep.partition, PartitionRow.decode(sweep.row))
 
     def refresh(self, app: Any, table: Any, settings: Settings) -> None:
         """Gauges read on a timer (cheap enough every 10 s)."""
@@ -319,8 +351,11 @@ class Metrics:
         figures = self.census.total()
         self.sessions_faulted.set(figures.faulted_sessions)
         self.state_sessions.set(figures.sessions)
+        self.sessions_live.set(figures.sessions)
+        retired = dict(zip(("folded", "duplicate", "faulted"), figures.retired, strict=True))
         for outcome in ("folded", "duplicate", "faulted", "dead_lettered"):
-            self.state_events.labels(outcome).set(getattr(figures, outcome))
+            value = getattr(figures, outcome) + retired.get(outcome, 0)
+            self.state_events.labels(outcome).set(value)
         self.census_walking.set(len(self.census.walking))
         self.control_unreadable.set(1 if self.control_problem else 0)
         self.ready_gauge.set(0 if self.not_ready() else 1)

@@ -79,6 +79,9 @@ def read_latest(
                     remaining.pop(partition, None)
                 records += 1
                 key, value = message.key(), message.value()
+                if key is not None and value is None:  # a tombstone: the session expired
+                    latest.pop(key.decode(errors="replace"), None)
+                    continue
                 if key is None or value is None:
                     skipped += 1
                     continue

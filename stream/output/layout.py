@@ -5,15 +5,18 @@
 | ``{prefix}session:{id}`` | hash | ``update`` (JSON), ``gen``, ``seq``, ``n``, ``v`` |
 | ``{prefix}session:{id}`` | channel | every accepted update, as written |
 | ``{prefix}recent`` | sorted set | the 10,000 latest updated session ids, scored by epoch ms |
-| ``{prefix}stats`` | hash | event totals: folded, duplicate, faulted, dead_lettered |
-| ``{prefix}tallies`` | hash | per session id, ``"folded duplicate faulted"`` (the totals' parts) |
+| ``{prefix}session:{id}`` | channel | also ``{"sessionId": id, "expired": true}`` when it expires |
+| ``{prefix}stats`` | hash | event totals: folded, duplicate, faulted, dead_lettered; expired |
+| ``{prefix}tallies`` | hash | per live session, ``"folded duplicate faulted"`` (totals' parts) |
 | ``{prefix}dead`` | hash | per ``topic:partition``, ``"gen count"`` of dead letters |
+| ``{prefix}retired`` | hash | per ``topic:partition``, ``"gen f d x sessions"`` of expired ones |
 | ``{prefix}marker`` | hash | per ``topic:partition``: Redis holds what its owner published |
 
 ``gen, seq, n, v`` is the stored update's version (``output.record.SessionUpdate.version``:
 ``n`` the events counted, ``v`` the view version). The totals are sums of what the session
-rows hold, applied as differences by the writing script, so they stay exact under
-redelivery and come back with a re-seed.
+rows and the partitions' retired figures hold (every event ever taken, sessions that
+expired included), applied as differences by the writing scripts, so they stay exact
+under redelivery and come back with a re-seed.
 
 Readers (``stream watch``, the gateway, UI backends) and the writer use these functions,
 so a prefix means the same keys everywhere.
@@ -51,6 +54,10 @@ class RedisLayout:
     @property
     def tallies_key(self) -> str:
         return f"{self.prefix}tallies"
+
+    @property
+    def retired_key(self) -> str:
+        return f"{self.prefix}retired"
 
     @property
     def dead_key(self) -> str:

@@ -24,7 +24,8 @@ import orjson
 from stream.projections.base import Projection
 from stream.session import codec
 from stream.session.batch import SessionChange
-from stream.session.processor import update, view_version
+from stream.session.expiry import Expired
+from stream.session.processor import SessionRecord, update, view_version
 
 # Kafka headers as a consumer hands them over: (name, value) pairs, or a mapping.
 Headers = Iterable[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None]
@@ -36,8 +37,12 @@ class SessionUpdate:
     gen: int  # the generation published: max(deployment's, session's own)
     seq: int
     tally: tuple[int, int, int]  # folded, duplicate, faulted
-    payload: bytes  # the update JSON
+    payload: bytes  # the update JSON (empty when ``gone``)
     view_version: int = 0  # processor.view_version
+    # The version of an earlier life of the session (it expired) that must be dropped
+    # before this one is written: Redis deletes it and the output topic gets a tombstone.
+    replaces: tuple[int, int, int, int] | None = None
+    gone: bool = False  # the session expired: only the drop, nothing written after it
 
     @property
     def version(self) -> tuple[int, int, int, int]:
@@ -60,6 +65,10 @@ class SessionUpdate:
         if not change.payload:
             raise ValueError(f"session change {change.session_id!r} carries no payload")
         t = change.tally
+        replaces = None
+        if change.expired is not None:
+            gen, seq, n, v = change.expired
+            replaces = (max(deployment_gen, gen), seq, n, v)
         return cls(
             change.session_id,
             max(deployment_gen, change.gen),
@@ -67,7 +76,18 @@ class SessionUpdate:
             (t.folded, t.duplicate, t.faulted),
             change.payload,
             change.view_version,
+            replaces,
         )
+
+    @classmethod
+    def from_expired(cls, expired: Expired, deployment_gen: int) -> "SessionUpdate":
+        """The drop of a session a sweep retired: its Redis entry (up to the version its
+        life published) and, on the output topic, a tombstone."""
+        gen, seq, n, v = expired.version
+        t = expired.tally
+        version = (max(deployment_gen, gen), seq, n, v)
+        tally = (t.folded, t.duplicate, t.faulted)
+        return cls(expired.session_id, version[0], seq, tally, b"", v, version, gone=True)
 
     @classmethod
     def from_row(
@@ -80,9 +100,15 @@ class SessionUpdate:
         """A session's update from its stored row (the re-seed): the update a batch
         ending in that state publishes, byte for byte. Raises ``codec.RowError`` for a
         row that cannot be read, saying why."""
-        record = codec.decode(row, folds)
+        return cls.from_record(session_id, codec.decode(row, folds), deployment_gen)
+
+    @classmethod
+    def from_record(
+        cls, session_id: str, record: SessionRecord, deployment_gen: int
+    ) -> "SessionUpdate":
+        """``from_row`` of a row already decoded."""
         body = update(session_id, record)
-        t = record.tally
+        t = record.accounted
         return cls(
             session_id,
             max(deployment_gen, record.gen),

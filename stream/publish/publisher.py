@@ -21,6 +21,9 @@ fold. Order of duty:
 3. Re-seed: ``reseed`` republishes stored rows through the same guarded script (nothing
    older overwrites anything newer), used when partitions are assigned and when Redis
    comes back without the marker — i.e. empty, flushed or failed over to an empty replica.
+   Sessions past their TTL (or, with a Redis TTL, idle past it) are never re-seeded.
+4. Expiry: ``expire`` takes a sweep's result (``session.expiry``) out — the partition row
+   first, then the tombstones on the changelog and the output topic, then the Redis drop.
 """
 
 import asyncio
@@ -29,11 +32,10 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, Protocol
 
-import orjson
 from redis import exceptions as rx
 
 from stream.config import Settings
@@ -43,11 +45,14 @@ from stream.publish.redis_sink import (
     DeadCount,
     PermanentRedisError,
     RedisSink,
+    RetiredCount,
     is_transient,
     outage_kind,
 )
 from stream.session import codec
 from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter
+from stream.session.expiry import SweepResult
+from stream.session.partition import PartitionRow
 
 log = logging.getLogger("stream.publish")
 
@@ -55,10 +60,10 @@ log = logging.getLogger("stream.publish")
 class Outbox(Protocol):
     """The Kafka side, as the app provides it: each call returns the delivery future."""
 
-    def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]: ...
+    def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]: ...
 
     def send_update(
-        self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
+        self, key: bytes, payload: bytes | None, headers: list[tuple[str, bytes]]
     ) -> Awaitable[Any]: ...
 
     def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]: ...
@@ -144,6 +149,7 @@ class Publisher:
         self._bytes = 0  # sum of entry_bytes over _pending, kept as entries come and go
         self._reseeded: set[str] = set()  # queued entries that came from a re-seed
         self._dead: dict[tuple[str, int], DeadCount] = {}
+        self._retired: dict[tuple[str, int], RetiredCount] = {}
         self._drained = asyncio.Event()
         self._drained.set()
         self._room = asyncio.Event()  # set: the queue is under its low-water mark
@@ -173,8 +179,52 @@ class Publisher:
         """The batch's updates and dead-letter counts to Redis, in one round trip (queued
         while Redis is away)."""
         gen, topic = self.generation, self.settings.input_topic
-        dead = [DeadCount(topic, p.partition, gen, p.dead_lettered) for p in result.partitions]
+        # Every batch writes its partitions' rows (the stream time); a count of 0 moves
+        # nothing in Redis, so only partitions with dead letters are sent.
+        dead = [
+            DeadCount(topic, p.partition, gen, p.dead_lettered)
+            for p in result.partitions
+            if p.dead_lettered
+        ]
         await self.write_redis(updates, dead)
+
+    def retired_count(self, partition: int, row: PartitionRow) -> RetiredCount:
+        t = row.retired
+        tally = (t.folded, t.duplicate, t.faulted)
+        return RetiredCount(
+            self.settings.input_topic, partition, self.generation, tally, row.expired
+        )
+
+    async def expire(self, sweep: SweepResult) -> list[SessionUpdate]:
+        """A sweep's sessions out of every store: the partition row (the retired figure
+        and the cursor) first, then each session's changelog and output tombstones —
+        all confirmed — then the Redis drop (queued while Redis is away)."""
+        if not sweep.expired:
+            return []
+        gen = self.generation
+        drops = [SessionUpdate.from_expired(e, gen) for e in sweep.expired]
+        backoff = Backoff(0.2, 10.0)
+        while True:
+            outbox = self.outbox
+            futures = [outbox.write_row(PARTITION_KEY, sweep.row, sweep.partition)]
+            for e in sweep.expired:
+                futures.append(outbox.write_row(e.key, None, sweep.partition))
+                futures.append(outbox.send_update(e.key, None, []))
+            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            if not failed:
+                break
+            log.warning(
+                "%d of %d expiry records not delivered (%s); re-sending in %.1f s",
+                len(failed),
+                len(futures),
+                safe_text(repr(failed[0]), 300),
+                backoff.delay,
+            )
+            await backoff.wait()
+        retired = [self.retired_count(sweep.partition, PartitionRow.decode(sweep.row))]
+        await self.write_redis(drops, [], retired=retired)
+        return drops
 
     async def deliver(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> None:
         """Every record of the batch, confirmed: per session its row and its output record
@@ -185,6 +235,8 @@ class Publisher:
             outbox = self.outbox
             for change, u in zip(result.sessions, updates, strict=True):
                 futures.append(outbox.write_row(change.key, change.row, change.partition))
+                if u.replaces is not None:  # an expired life: its tombstone first
+                    futures.append(outbox.send_update(change.key, None, []))
                 futures.append(outbox.send_update(change.key, u.payload, u.headers()))
             for part in result.partitions:
                 futures.append(outbox.write_row(PARTITION_KEY, part.row, part.partition))
@@ -205,16 +257,21 @@ class Publisher:
 
     # -- Redis -----------------------------------------------------------------------
     async def write_redis(
-        self, updates: list[SessionUpdate], dead: list[DeadCount], *, live: bool = True
+        self,
+        updates: list[SessionUpdate],
+        dead: list[DeadCount],
+        *,
+        live: bool = True,
+        retired: Sequence[RetiredCount] = (),
     ) -> None:
         """Write to Redis, or queue when it is away. ``live``: updates of a batch just
         folded; False for a re-seed, whose rows may be overtaken by live updates meanwhile
         (so Redis rejecting one as older is expected and not counted)."""
-        if self._pending or self._dead:  # an outage is being worked off: queue behind it
-            self._queue(updates, dead, live)
+        if self._pending or self._dead or self._retired:  # an outage is being worked off
+            self._queue(updates, dead, live, retired)
         else:
             try:
-                results = await self.sink.write(updates, dead, now_ms())
+                results = await self.sink.write(updates, dead, now_ms(), retired, seeded=not live)
             except PermanentRedisError as error:
                 self._permanent(error)
                 raise
@@ -222,29 +279,35 @@ class Publisher:
                 if not is_transient(error):
                     self._permanent(error)
                     raise PermanentRedisError(str(error)) from error
-                self._queue(updates, dead, live)
+                self._queue(updates, dead, live, retired)
                 self._note(error)
             else:
                 if live:
                     rejected = zip(updates, results, strict=False)
-                    await self._rejected([u for u, r in rejected if r == 0])
+                    await self._rejected([u for u, r in rejected if r == 0 and not u.gone])
                 return
         if not self._room.is_set():
             await self._room.wait()  # bounded memory: hold batches until under low water
 
     def _queue(
-        self, updates: Iterable[SessionUpdate], dead: Iterable[DeadCount], live: bool = True
+        self,
+        updates: Iterable[SessionUpdate],
+        dead: Iterable[DeadCount],
+        live: bool = True,
+        retired: Iterable[RetiredCount] = (),
     ) -> None:
         pending, reseeded = self._pending, self._reseeded
         size = self._bytes
         for u in updates:
             held = pending.get(u.session_id)
-            if held is None:
-                size += entry_bytes(u)
-            elif u.version >= held.version:
+            if held is not None:
+                merged = _merge(held, u, live)
+                if merged is None:
+                    continue
+                u = merged
                 size += len(u.payload) - len(held.payload)
             else:
-                continue
+                size += entry_bytes(u)
             pending[u.session_id] = u
             if live:
                 reseeded.discard(u.session_id)
@@ -255,12 +318,20 @@ class Publisher:
             held_dead = self._dead.get(key)
             if held_dead is None or (d.gen, d.count) >= (held_dead.gen, held_dead.count):
                 self._dead[key] = d
+        for r in retired:
+            key = (r.topic, r.partition)
+            held_retired = self._retired.get(key)
+            if held_retired is None or (r.gen, r.expired) >= (
+                held_retired.gen,
+                held_retired.expired,
+            ):
+                self._retired[key] = r
         self._bytes = size
         self.state.pending = len(pending)
         self.state.pending_bytes = size
         if len(pending) > self.max_pending or size > self.max_pending_bytes:
             self._room.clear()  # past a bound: batches wait for the low-water mark
-        if pending or self._dead:
+        if pending or self._dead or self._retired:
             self._drained.clear()
             if self._writer is None or self._writer.done():
                 self._writer = asyncio.ensure_future(self._drain())
@@ -332,12 +403,15 @@ class Publisher:
     async def _drain(self) -> None:
         backoff = Backoff(0.1, 5.0)
         pending, reseeded, state = self._pending, self._reseeded, self.state
-        while pending or self._dead:
+        while pending or self._dead or self._retired:
             chunk = list(islice(pending.values(), CHUNK))
             dead = list(self._dead.values())
+            retired = list(self._retired.values())
             live = [u.session_id not in reseeded for u in chunk] if reseeded else None
             try:
-                results = await self.sink.write(chunk, dead, now_ms())
+                # The queue mixes live and re-seeded entries: each is written as live
+                # (a re-seed's recent entry then gets the write's time: rare, harmless).
+                results = await self.sink.write(chunk, dead, now_ms(), retired)
             except Exception as error:
                 if not is_transient(error) or isinstance(error, PermanentRedisError):
                     self._permanent(error)
@@ -355,6 +429,9 @@ class Publisher:
             for d in dead:
                 if self._dead.get((d.topic, d.partition)) is d:
                     del self._dead[(d.topic, d.partition)]
+            for r in retired:
+                if self._retired.get((r.topic, r.partition)) is r:
+                    del self._retired[(r.topic, r.partition)]
             self._bytes = size
             state.pending = len(pending)
             state.pending_bytes = size
@@ -364,7 +441,7 @@ class Publisher:
                 [
                     u
                     for i, (u, r) in enumerate(zip(chunk, results, strict=False))
-                    if r == 0 and (live is None or live[i])
+                    if r == 0 and not u.gone and (live is None or live[i])
                 ]
             )
         if state.retrying:
@@ -404,24 +481,45 @@ class Publisher:
     def _marker_field(self, partition: int) -> str:
         return f"{self.settings.input_topic}:{partition}"
 
-    async def reseed(self, rows: Iterable[tuple[bytes, bytes]], topic_partition: int) -> int:
+    async def reseed(
+        self,
+        rows: Iterable[tuple[bytes, bytes]],
+        topic_partition: int,
+        clock: PartitionRow | None = None,
+    ) -> int:
         """Republish every stored row of one partition (guarded: never moves a session
-        backwards, and an identical version writes nothing). Returns sessions sent."""
+        backwards, and an identical version writes nothing), less the sessions past their
+        TTL at ``clock`` (the partition row) and, with a Redis TTL, those idle past it.
+        Returns sessions sent."""
         gen = self.generation
-        folds = self.settings.limits.folds  # the worker's: rows decode as they were folded
+        settings = self.settings
+        limits = settings.limits
+        folds = limits.folds  # the worker's: rows decode as they were folded
+        redis_ttl = settings.redis_ttl_seconds * 1000
+        clock = clock or PartitionRow()
         batch: list[SessionUpdate] = []
         dead: list[DeadCount] = []
+        retired: list[RetiredCount] = []
         sent = 0
         for key, row in rows:
             if key == PARTITION_KEY:
-                try:
-                    count = int(orjson.loads(row)[0])
-                except (orjson.JSONDecodeError, TypeError, ValueError, IndexError):
+                stored = PartitionRow.parse(row)
+                if stored is None:
                     continue
-                dead.append(DeadCount(self.settings.input_topic, topic_partition, gen, count))
+                if stored.dead:
+                    dead.append(DeadCount(settings.input_topic, topic_partition, gen, stored.dead))
+                if stored.expired:
+                    retired.append(self.retired_count(topic_partition, stored))
                 continue
             try:
-                batch.append(SessionUpdate.from_row(key.decode(), row, gen, folds))
+                record = codec.decode(row, folds)
+                if clock.expired_record(record, limits.session_ttl):
+                    continue  # expired: the sweep drops it, the re-seed never brings it back
+                touched = clock.touched(record)
+                idle = None if clock.now is None or touched is None else clock.now - touched
+                if redis_ttl and idle is not None and idle > redis_ttl:
+                    continue  # Redis let it go already: not brought back either
+                batch.append(SessionUpdate.from_record(key.decode(), record, gen))
             except (UnicodeDecodeError, codec.RowError):
                 continue  # the next event of that session reports the bad row loudly
             if len(batch) >= CHUNK:
@@ -429,10 +527,30 @@ class Publisher:
                 sent += len(batch)
                 batch, dead = [], []
                 await asyncio.sleep(0)  # let live batches and heartbeats through
-        await self.write_redis(batch, dead, live=False)
+        await self.write_redis(batch, dead, live=False, retired=retired)
         sent += len(batch)
         self.state.reseeded_sessions += sent
         return sent
+
+
+def _merge(held: SessionUpdate, u: SessionUpdate, live: bool) -> SessionUpdate | None:
+    """What stays queued for a session that already has an entry (None: keep ``held``).
+
+    The worker is the one writer of its partitions, so a live entry is newer than what
+    it follows, even at a lower version (a new life after the session expired); the drop
+    of an expired life it needs first is kept with it. A re-seeded row never replaces a
+    live entry that is newer, nor brings back a life that was dropped."""
+    if live:
+        if u.replaces is None and held.replaces is not None:
+            return replace(u, replaces=held.replaces)
+        if u.replaces is None and u.version < held.version:
+            return None  # an older version from this worker: a generation went backwards
+        return u
+    if held.gone or (held.replaces is not None and u.version <= held.replaces):
+        return None
+    if u.version < held.version:
+        return None
+    return replace(u, replaces=held.replaces) if held.replaces is not None else u
 
 
 def now_ms() -> int:

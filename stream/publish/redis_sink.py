@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
@@ -31,7 +32,8 @@ from stream.config import Settings
 from stream.output.record import SessionUpdate
 
 # KEYS: session key (= channel), tallies hash, stats hash, recent zset
-# ARGV: gen, seq, n, update JSON, ttl seconds (0: none), now ms, session id, "f d x", v
+# ARGV: gen, seq, n, update JSON, ttl seconds (0: none), recent score (ms), session id,
+#       "f d x", v, "NX" to add to recent only when absent (a re-seed) or ""
 SESSION_WRITE = """
 local stored = redis.call('HMGET', KEYS[1], 'gen', 'seq', 'n', 'v')
 local new = {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])}
@@ -60,9 +62,75 @@ redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'seq', ARGV[2], 'n', ARGV[3], 'v', ARGV[9],
   'update', ARGV[4])
 if tonumber(ARGV[5]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
-redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
+if ARGV[10] == 'NX' then
+  redis.call('ZADD', KEYS[4], 'NX', ARGV[6], ARGV[7])
+else
+  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
+end
 redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -10001)  -- the 10,000 most recent only
 redis.call('PUBLISH', KEYS[1], ARGV[4])
+return 1
+"""
+
+# A session expired: drop what Redis holds of its life, if not newer than that life's
+# last version, take its tally out of the live totals (the partition's retired figure,
+# RETIRED_WRITE, or the next life's tally carries it back in), and tell subscribers.
+# KEYS: session key (= channel), tallies hash, stats hash, recent zset
+# ARGV: gen, seq, n, v (the expired life's version), session id, the expiry message
+SESSION_DROP = """
+local stored = redis.call('HMGET', KEYS[1], 'gen', 'seq', 'n', 'v')
+if stored[1] then
+  local drop = {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
+  for i = 1, 4 do
+    local old = tonumber(stored[i] or '0')
+    if old > drop[i] then return 0 end
+    if old < drop[i] then break end
+  end
+end
+local old = redis.call('HGET', KEYS[2], ARGV[5])
+if old then
+  local names = {'folded', 'duplicate', 'faulted'}
+  local i = 1
+  for v in string.gmatch(old, '%S+') do
+    local d = tonumber(v)
+    if d ~= 0 then redis.call('HINCRBY', KEYS[3], names[i], -d) end
+    i = i + 1
+  end
+  redis.call('HDEL', KEYS[2], ARGV[5])
+end
+local existed = redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[4], ARGV[5])
+if existed == 1 or old then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
+return 1
+"""
+
+# A partition's retired figure: the events of the sessions its sweeps expired, and how
+# many sessions; kept like the dead letters (per generation, only forward), so the
+# totals stay the sum of every event ever taken after sessions leave.
+# KEYS: retired hash, stats hash. ARGV: field (topic:partition), gen, "f d x", expired
+RETIRED_WRITE = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+local o = {0, 0, 0, 0}
+local g0 = 0
+if old then
+  local i = 0
+  for v in string.gmatch(old, '%S+') do
+    if i == 0 then g0 = tonumber(v) else o[i] = tonumber(v) end
+    i = i + 1
+  end
+end
+local gen = tonumber(ARGV[2])
+local new = {}
+for v in string.gmatch(ARGV[3], '%S+') do new[#new + 1] = tonumber(v) end
+new[4] = tonumber(ARGV[4])
+if gen < g0 or (gen == g0 and new[4] <= o[4]) then return 0 end
+if gen > g0 then o = {0, 0, 0, 0} end
+local names = {'folded', 'duplicate', 'faulted', 'expired'}
+for i = 1, 4 do
+  local d = new[i] - o[i]
+  if d ~= 0 then redis.call('HINCRBY', KEYS[2], names[i], d) end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 return 1
 """
 
@@ -98,6 +166,15 @@ REFUSALS = {
 }
 _REFUSAL = re.compile(r"(?:^|: |\s-)(" + "|".join(REFUSALS) + r")\b")
 _PIPELINE = "of pipeline caused error: "  # redis-py's prefix to a pipeline's first error
+
+
+def _update_time(payload: bytes) -> int | None:
+    """The update's ``time`` (its latest event time), for a re-seeded ``recent`` entry."""
+    try:
+        time = orjson.loads(payload).get("time")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return time if type(time) is int else None
 
 
 class PermanentRedisError(RuntimeError):
@@ -150,6 +227,22 @@ class DeadCount:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class RetiredCount:
+    """A partition's retired figure (``session.partition.PartitionRow``)."""
+
+    topic: str
+    partition: int
+    gen: int
+    tally: tuple[int, int, int]
+    expired: int
+
+
+def expiry_message(session_id: str) -> bytes:
+    """What a session's channel carries when it expired (readers end its streams)."""
+    return orjson.dumps({"sessionId": session_id, "expired": True})
+
+
 def connect(settings: Settings) -> "aioredis.Redis":
     return aioredis.Redis.from_url(
         settings.redis_url,
@@ -168,41 +261,72 @@ class RedisSink:
         self.layout = settings.redis_layout
         self.client = client or connect(settings)
         self.session_script = self.client.register_script(SESSION_WRITE)
+        self.drop_script = self.client.register_script(SESSION_DROP)
         self.dead_script = self.client.register_script(DEAD_WRITE)
+        self.retired_script = self.client.register_script(RETIRED_WRITE)
 
     async def write(
-        self, updates: Iterable[SessionUpdate], dead: Iterable[DeadCount] = (), now_ms: int = 0
+        self,
+        updates: Iterable[SessionUpdate],
+        dead: Iterable[DeadCount] = (),
+        now_ms: int = 0,
+        retired: Iterable[RetiredCount] = (),
+        seeded: bool = False,
     ) -> list[int]:
         """Write guarded; returns per update 1 (written), 2 (already there), 0 (older).
+        An update that ``replaces`` an expired life drops it first; one that is ``gone``
+        only drops (its result is the drop's: 1 dropped, 0 Redis holds a newer life).
+        ``seeded``: a re-seed, which files a session in ``recent`` only when absent, at
+        its own time, so a rebalance never makes old sessions look recent.
 
         Raises ``PermanentRedisError`` for errors no retry fixes; transient errors
         propagate as they are (``is_transient``) for the caller's retry.
         """
         layout = self.layout
         pipe = self.client.pipeline(transaction=False)
-        count = 0
+        positions: list[int] = []  # per update: the pipeline result that answers for it
+        calls = 0
         for u in updates:
+            key = layout.session_key(u.session_id)
+            keys = [key, layout.tallies_key, layout.stats_key, layout.recent_key]
+            if u.replaces is not None:
+                await self.drop_script(
+                    keys=keys,
+                    args=[*u.replaces, u.session_id, expiry_message(u.session_id)],
+                    client=pipe,
+                )
+                calls += 1
+                if u.gone:
+                    positions.append(calls - 1)
+                    continue
+            score = now_ms
+            if seeded:
+                time = _update_time(u.payload)
+                score = time if time is not None else now_ms
             await self.session_script(
-                keys=[
-                    layout.session_key(u.session_id),
-                    layout.tallies_key,
-                    layout.stats_key,
-                    layout.recent_key,
-                ],
+                keys=keys,
                 args=[
                     u.gen,
                     u.seq,
                     sum(u.tally),
                     u.payload,
                     self.settings.redis_ttl_seconds,
-                    now_ms,
+                    score,
                     u.session_id,
                     " ".join(map(str, u.tally)),
                     u.view_version,
+                    "NX" if seeded else "",
                 ],
                 client=pipe,
             )
-            count += 1
+            positions.append(calls)
+            calls += 1
+        for r in retired:
+            await self.retired_script(
+                keys=[layout.retired_key, layout.stats_key],
+                args=[f"{r.topic}:{r.partition}", r.gen, " ".join(map(str, r.tally)), r.expired],
+                client=pipe,
+            )
         for d in dead:
             await self.dead_script(
                 keys=[layout.dead_key, layout.stats_key],
@@ -217,7 +341,7 @@ class RedisSink:
             if is_transient(error):
                 raise
             raise PermanentRedisError(f"Redis refused the write: {error}") from error
-        return [int(r) for r in results[:count]]
+        return [int(results[i]) for i in positions]
 
     async def ping(self) -> bool:
         try:

@@ -20,11 +20,12 @@ from typing import Any, Final
 import orjson
 
 from stream.contract.errors import MAX_ERROR_CHARS, Unreadable, safe_text
-from stream.contract.events import Event, read_event
+from stream.contract.events import Event, event_time, read_event
 from stream.contract.jsontext import PARSE_DEPTH, check_depth, dumps, loads, might_nest
 from stream.contract.storage import ChunkRun, decode_line
 from stream.projections.base import Projection
 from stream.session import codec
+from stream.session.partition import PARTITION_KEY, PartitionRow
 from stream.session.processor import (
     MAX_SYSTEM_PROMPTS,
     Outcome,
@@ -32,14 +33,12 @@ from stream.session.processor import (
     Tally,
     fault,
     fold_items,
+    note_time,
     projections,
+    published_seq,
     update,
     view_version,
 )
-
-# The partition's own row (dead-letter accounting). 0xff never occurs in UTF-8, so no
-# session id can collide with it.
-PARTITION_KEY: Final = b"\xff"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +57,7 @@ class Limits:
     dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
     resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
     system_prompts: int = MAX_SYSTEM_PROMPTS  # retained per session (contextBreakdown)
+    session_ttl: int = 0  # ms of stream time a session may idle before it expires; 0: never
 
     @property
     def folds(self) -> tuple[Projection, ...]:
@@ -160,6 +160,15 @@ class Counts:
         return self.folded + self.duplicate + self.faulted + self.dead_lettered
 
 
+# A published version's parts as the session holds them: (its own generation, seq, events
+# counted, view version); the publisher raises the generation to the deployment's.
+Version = tuple[int, int, int, int]
+
+
+def version_of(record: SessionRecord) -> Version:
+    return (record.gen, published_seq(record), record.accounted.total, view_version(record))
+
+
 @dataclass(slots=True)
 class SessionChange:
     """What one batch did to one session: its new row and the update to publish."""
@@ -177,15 +186,26 @@ class SessionChange:
     # (``codec.row_part``; None: no readable row before): what the worker's census moves.
     before: codec.RowPart | None = None
     after: codec.RowPart = (False, (0, 0, 0))
+    # When the session last was active, in stream time (``PartitionRow.touched``): the
+    # expiry index files it under this. None: it cannot expire yet.
+    touched: int | None = None
+    # The session had expired and started a new life in this batch: the version its old
+    # life last published, which Redis and the output topic drop first.
+    expired: Version | None = None
 
 
 @dataclass(slots=True)
 class PartitionChange:
-    """The partition row: dead letters accounted so far, and the offset they cover."""
+    """The partition row (``session.partition``): dead letters accounted, the offset
+    covered, the stream time, and what expiry retired."""
 
     partition: int
     row: bytes
     dead_lettered: int
+    now: int | None = None  # the stream time after the batch
+    since: int | None = None
+    retired: Tally = field(default_factory=Tally)  # events of sessions swept away
+    expired: int = 0  # sessions swept away
 
 
 @dataclass(slots=True)
@@ -194,9 +214,10 @@ class BatchResult:
     partitions: list[PartitionChange] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)  # new events only, not redeliveries
-    # Events whose accounting a reset took back (the session starts over): the session
-    # totals stored and in Redis drop by these, while ``counts`` only ever adds.
+    # Events of a life that ended in this batch (a reset, or the session expired): they
+    # stay in every total (``SessionRecord.carried``), this says how many moved.
     retired: Counts = field(default_factory=Counts)
+    expired: int = 0  # sessions an event found expired (they start a new life)
     redelivered: int = 0  # messages already accounted for (a retry after a crash)
     quarantined: int = 0  # messages an unexpected error took out of the batch
     types: dict[str, int] = field(default_factory=dict)  # events by type (metrics)
@@ -208,6 +229,16 @@ Item = Event | ChunkRun | DeadLetter | Reset
 
 def decode(message: Message, limits: Limits = Limits()) -> tuple[str | None, list[Item]]:
     """A message as (session id, its events); unreadable parts become dead letters."""
+    session_id, items, _ = _decode(message, limits)
+    return session_id, items
+
+
+def _time(element: Any, item: Event | ChunkRun) -> int | None:
+    return item.last_time if type(item) is ChunkRun else event_time(element)
+
+
+def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], int | None]:
+    """``decode``, and the latest integer event time among the message's events."""
     value = message.value or b""
 
     def dead(reason: str, raw: bytes = value, index: int | None = None) -> DeadLetter:
@@ -227,44 +258,47 @@ def decode(message: Message, limits: Limits = Limits()) -> tuple[str | None, lis
     key = message.key or b""
     for name, raw in message.headers:
         if name == RESET_HEADER:
-            return _reset(key, raw, limits, dead)
+            return (*_reset(key, raw, limits, dead), None)
     if len(key) > limits.key_bytes:
-        return None, [dead(f"session key of {len(key):,} bytes exceeds {limits.key_bytes:,}")]
+        return None, [dead(f"session key of {len(key):,} bytes exceeds {limits.key_bytes:,}")], None
     try:
         session_id = key.decode()
     except UnicodeDecodeError:
         session_id = ""
     if not session_id:
-        return None, [dead("no session key (the message key must be the session id, in UTF-8)")]
+        return (
+            None,
+            [dead("no session key (the message key must be the session id, in UTF-8)")],
+            None,
+        )
     if len(value) > limits.message_bytes:
-        return session_id, [
-            dead(f"message of {len(value):,} bytes exceeds {limits.message_bytes:,}")
-        ]
+        too_big = f"message of {len(value):,} bytes exceeds {limits.message_bytes:,}"
+        return session_id, [dead(too_big)], None
     try:
         # A segment nests its events one level deeper: parse the message as deep as any
         # parser here reads, then hold each event to the event bound (as `stream fold`).
         body = loads(value, PARSE_DEPTH)
     except Unreadable as error:
-        return session_id, [dead(str(error))]
+        return session_id, [dead(str(error))], None
     deep = might_nest(value)
     if type(body) is not list:
         if len(value) > limits.event_bytes:
-            return session_id, [
-                dead(f"event of {len(value):,} bytes exceeds {limits.event_bytes:,}")
-            ]
+            too_big = f"event of {len(value):,} bytes exceeds {limits.event_bytes:,}"
+            return session_id, [dead(too_big)], None
         try:
             if deep:
                 check_depth(body)
-            return session_id, [_item(body)]
+            item = _item(body)
+            return session_id, [item], _time(body, item)
         except Unreadable as error:
-            return session_id, [dead(str(error))]
+            return session_id, [dead(str(error))], None
     if not body:
-        return session_id, [dead("empty segment: a segment must hold at least one event")]
+        return session_id, [dead("empty segment: a segment must hold at least one event")], None
     if len(body) > limits.segment_events:
-        return session_id, [
-            dead(f"segment of {len(body):,} events exceeds {limits.segment_events:,}")
-        ]
+        too_many = f"segment of {len(body):,} events exceeds {limits.segment_events:,}"
+        return session_id, [dead(too_many)], None
     out: list[Item] = []
+    latest: int | None = None
     # No element can be larger than the whole message: sizes are measured only when the
     # message is over the event bound (never, with the defaults).
     sized = len(value) > limits.event_bytes
@@ -276,10 +310,14 @@ def decode(message: Message, limits: Limits = Limits()) -> tuple[str | None, lis
                 size = f"event of {len(encoded):,} bytes exceeds {limits.event_bytes:,}"
                 out.append(dead(size, encoded, index))
                 continue
-            out.append(_item(element))
+            item = _item(element)
+            out.append(item)
+            time = _time(element, item)
+            if time is not None and (latest is None or time > latest):
+                latest = time
         except Unreadable as error:
             out.append(dead(str(error), _reencode(element, value), index))
-    return session_id, out
+    return session_id, out, latest
 
 
 def _reset(
@@ -325,14 +363,15 @@ class _Open:
     first_seq: int  # the first seq the batch offered (an unreadable row faults there)
     stored: codec.RowPart | None  # the stored row's part in the census (codec.row_part)
     messages: list[Message] = field(default_factory=list)
-    retired: Tally | None = None  # tallies resets took back (rare: made when needed)
+    retired: Tally | None = None  # events of lives that ended here (rare: made when needed)
+    expired: Version | None = None  # the old life's version, when the session expired here
 
 
 @dataclass(slots=True)
 class _OpenPartition:
-    """A partition row the batch touched: ``[dead letters accounted, offset covered]``."""
+    """A partition row the batch touched, as loaded and as changed so far."""
 
-    row: list[int]
+    row: PartitionRow
     before_dead: int
     before_offset: int
 
@@ -349,19 +388,30 @@ class _Batch:
         self.partitions: dict[int, _OpenPartition] = {}
         self.refolding = False  # taking messages again that were accounted already
         self.events = 0  # events the message being folded holds (what a quarantine counts)
+        self.ttl = limits.session_ttl
+
+    def partition(self, partition: int) -> _OpenPartition:
+        entry = self.partitions.get(partition)
+        if entry is None:
+            row = PartitionRow.decode(self.load(PARTITION_KEY, partition))
+            entry = _OpenPartition(row, row.dead, row.offset)
+            self.partitions[partition] = entry
+        return entry
 
     def session(self, partition: int, key: bytes, first_seq: int) -> _Open:
         entry = self.sessions.get((partition, key))
         if entry is None:
             record, stored = _restore(self.load(key, partition), first_seq, self.limits, self.folds)
-            before = Tally(*record.tally.as_list())
+            before = record.accounted
             entry = _Open(record, before, first_seq, stored)
             self.sessions[(partition, key)] = entry
         return entry
 
     def fold(self, message: Message) -> None:
         self.events = 1  # until decoded: a message nobody could take apart counts as one
-        session_id, items = decode(message, self.limits)
+        covered = self.partition(message.partition).row
+        covered.offset = max(covered.offset, message.offset)
+        session_id, items, latest = _decode(message, self.limits)
         letters = [item for item in items if type(item) is DeadLetter]
         self.events = len(items) - len(letters)
         if letters and not self.refolding:  # refolding: sent and accounted already
@@ -375,9 +425,13 @@ class _Batch:
             self.reset(message, key, session_id, first.gen)
             return
         first_seq = first.seq0 if type(first) is ChunkRun else first.seq  # type: ignore[union-attr]
+        clock = self.partition(message.partition).row
+        clock.observe(latest, session_id)
         entry = self.session(message.partition, key, first_seq)
         record = entry.record
         fresh = message.offset > record.offset
+        if fresh and record.seen >= 0 and clock.expired_record(record, self.ttl):
+            record = self.expire(entry, clock, session_id, first_seq)
         entry.messages.append(message)
         # Metrics of what arrived: once per message, not again when refolded.
         types = self.result.types if not self.refolding else {}
@@ -393,13 +447,41 @@ class _Batch:
                 self.events += item.size - 1
                 folding.append(item)
         fold_items(record, folding, record.tally if fresh else None)
+        note_time(record, latest)
+        record.touched = clock.active(latest, record.touched)
         if fresh:
             record.offset = message.offset
 
+    def expire(
+        self, entry: _Open, clock: PartitionRow, session_id: str, first_seq: int
+    ) -> SessionRecord:
+        """The stored session is past its TTL (contract: "Session expiry"): its old life
+        ends here, whether or not a sweep has deleted it yet. Its events stay counted
+        (carried, unless the sweep that retired them already counted them). The new life
+        is the blank state a swept session meets: exact from seq 0, and otherwise every
+        projection faults on the gap, the same fault whenever the sweep ran."""
+        old = entry.record
+        touched = clock.touched(old)
+        swept = touched is not None and clock.retired_already(touched, session_id)
+        if entry.expired is None:
+            entry.expired = version_of(old)
+        if entry.retired is None:
+            entry.retired = Tally()
+        new = SessionRecord.new(self.folds)
+        if swept:  # a sweep counted this life already; its tombstone had not landed
+            entry.before = Tally()
+        else:
+            entry.retired.add(old.tally)
+            new.carried = old.accounted
+        new.offset = old.offset
+        self.result.expired += 1
+        entry.record = new
+        return new
+
     def reset(self, message: Message, key: bytes, session_id: str, gen: int) -> None:
         """Start the session over under generation ``gen`` (ignored at or below its own).
-        The tally it had moves to ``retired``: those events are accounted again as the
-        complete log that follows a reset is folded."""
+        Its events stay counted (carried into the new life); the complete log that
+        follows a reset is folded, and counted, as new input."""
         entry = self.session(message.partition, key, 0)
         entry.messages.append(message)
         record = entry.record
@@ -413,8 +495,12 @@ class _Batch:
                 entry.retired = Tally()
             entry.retired.add(record.tally)
             fresh = SessionRecord.new(self.folds)
-            record.slots, record.seen, record.tally = fresh.slots, fresh.seen, fresh.tally
-            record.gen, record.offset = gen, max(record.offset, message.offset)
+            fresh.carried = record.accounted
+            fresh.gen, fresh.offset = gen, max(record.offset, message.offset)
+            # A reset is activity: the log that follows it is not "after expiry".
+            now = self.partition(message.partition).row.now
+            fresh.time, fresh.touched = record.time, record.touched if now is None else now
+            entry.record = fresh
 
     def dead_letters(
         self, message: Message, letters: list[DeadLetter], count: int | None = None
@@ -422,14 +508,9 @@ class _Batch:
         """Send ``letters`` and account ``count`` events (one per letter) for a message
         not accounted before this batch (a redelivery sends again but counts nothing)."""
         self.result.dead_letters.extend(letters)
-        entry = self.partitions.get(message.partition)
-        if entry is None:
-            row = _partition_row(self.load(PARTITION_KEY, message.partition))
-            entry = _OpenPartition(row, row[0], row[1])
-            self.partitions[message.partition] = entry
+        entry = self.partition(message.partition)
         if message.offset > entry.before_offset:
-            entry.row[0] += len(letters) if count is None else count
-            entry.row[1] = max(entry.row[1], message.offset)
+            entry.row.dead += len(letters) if count is None else count
 
     def letter(self, message: Message, error: BaseException, during: str) -> DeadLetter:
         reason = f"unexpected {type(error).__name__} while {during}: {error}"
@@ -464,18 +545,21 @@ class _Batch:
         session_id = key.decode()
         record = entry.record
         body = update(session_id, record)
+        accounted = record.accounted
         return SessionChange(
             session_id,
             key,
             session_key[0],
             codec.encode(record),
             body,
-            record.tally,
+            accounted,
             record.gen,
             view_version(record),
             orjson.dumps(body),
             entry.stored,
-            ("faults" in body, (record.tally.folded, record.tally.duplicate, record.tally.faulted)),
+            ("faults" in body, (accounted.folded, accounted.duplicate, accounted.faulted)),
+            self.partition(session_key[0]).row.touched(record),
+            entry.expired,
         )
 
     def rescue(self, session_key: tuple[int, bytes]) -> SessionChange:
@@ -517,16 +601,25 @@ class _Batch:
                 change = self.rescue(session_key)
             result.sessions.append(change)
         for entry in self.sessions.values():
-            # New events only: what the batch added, the part a reset took back included.
-            result.counts.add_tally(entry.record.tally)
+            # New events only: what the batch added (a life that ended stays carried).
+            result.counts.add_tally(entry.record.accounted)
             result.counts.add_tally(entry.before, -1)
-            if entry.retired is not None:  # a reset took a tally back
-                result.counts.add_tally(entry.retired)
+            if entry.retired is not None:
                 result.retired.add_tally(entry.retired)
         for partition, open_partition in self.partitions.items():
             row = open_partition.row
-            result.counts.dead_lettered += row[0] - open_partition.before_dead
-            result.partitions.append(PartitionChange(partition, orjson.dumps(row), row[0]))
+            result.counts.dead_lettered += row.dead - open_partition.before_dead
+            result.partitions.append(
+                PartitionChange(
+                    partition,
+                    row.encode(),
+                    row.dead,
+                    row.now,
+                    row.since,
+                    row.retired,
+                    row.expired,
+                )
+            )
         return result
 
 
@@ -554,18 +647,6 @@ def fold_batch(
         except Exception as error:  # a bug or an input nobody foresaw: never stall
             batch.quarantine(message, error)
     return batch.finish()
-
-
-def _partition_row(stored: bytes | None) -> list[int]:
-    """``[dead letters accounted, highest offset they cover]``; a bad row starts over."""
-    if stored is not None:
-        try:
-            row = orjson.loads(stored)
-            if type(row) is list and len(row) == 2 and all(type(n) is int for n in row):
-                return list(row)
-        except orjson.JSONDecodeError:
-            pass
-    return [0, -1]
 
 
 def _restore(
@@ -602,6 +683,7 @@ __all__ = [
     "PartitionChange",
     "ResetNote",
     "SessionChange",
+    "Version",
     "decode",
     "fold_batch",
 ]

@@ -1,9 +1,15 @@
 """The session row: compact orjson bytes, versioned per projection, validated on the way in.
 
-Layout (row format 2)::
+Layout (row format 3)::
 
-    [2, seen, offset, [folded, duplicate, faulted, gen],
+    [3, seen, offset,
+     [folded, duplicate, faulted, gen, time|null, touched|null, cfolded, cduplicate, cfaulted],
      [key, stateVersion, cursor, fault|null, state, rebuilding], ...]
+
+``time`` is the session's latest event time, ``touched`` the partition's stream time after
+its latest event (what expiry is measured from), and the ``c`` counts the events of the
+key's earlier lives (``SessionRecord.carried``); format 2 rows, written before these were
+kept, read with null times and nothing carried.
 
 A stored projection whose key or state version no longer matches the code is dropped on
 decode and starts from ``init`` with cursor -1 — marked *rebuilding* when the session was
@@ -30,7 +36,7 @@ from stream.session.processor import (
     fault,
 )
 
-ROW_FORMAT: Final = 2
+ROW_FORMAT: Final = 3
 
 
 _BY_KEY: Final = {p.key: p for p in PROJECTIONS}
@@ -51,7 +57,13 @@ def encode(record: SessionRecord) -> bytes:
             ROW_FORMAT,
             record.seen,
             record.offset,
-            [*record.tally.as_list(), record.gen],
+            [
+                *record.tally.as_list(),
+                record.gen,
+                record.time,
+                record.touched,
+                *record.carried.as_list(),
+            ],
             *(
                 [
                     key,
@@ -74,8 +86,8 @@ RowPart = tuple[bool, tuple[int, int, int]]
 
 
 def part(record: SessionRecord) -> RowPart:
-    """A record's part in its partition's figures."""
-    t = record.tally
+    """A record's part in its partition's figures (every event the key took)."""
+    t = record.accounted
     faulted = False
     for slot in record.slots.values():
         if slot.fault is not None:
@@ -112,15 +124,21 @@ def decode(row: bytes, folds: tuple[Projection, ...] = PROJECTIONS) -> SessionRe
 def _record(raw: Any, folds: tuple[Projection, ...]) -> SessionRecord:
     if type(raw) is list and len(raw) >= 2 and raw[0] == 1:
         # Format 1 (before accounting moved into the row): no offset, no tally.
-        raw = [ROW_FORMAT, raw[1], -1, [0, 0, 0, 0], *([*e, False] for e in raw[2:])]
-    if type(raw) is not list or len(raw) < 4 or raw[0] != ROW_FORMAT:
+        raw = [2, raw[1], -1, [0, 0, 0, 0], *([*e, False] for e in raw[2:])]
+    if type(raw) is not list or len(raw) < 4 or raw[0] not in (2, ROW_FORMAT):
         found = raw[0] if type(raw) is list and raw else type(raw).__name__
         raise RowError(f"unknown row format {str(found)[:40]}")
     _, seen, offset, tally, *entries = raw
     if type(seen) is not int or seen < -1 or type(offset) is not int or offset < -1:
         raise StateError("seen and offset must be integers >= -1")
-    if type(tally) is not list or len(tally) != 4 or any(type(n) is not int for n in tally):
-        raise StateError("tally must be four integers (folded, duplicate, faulted, gen)")
+    if type(tally) is not list or len(tally) != (4 if raw[0] == 2 else 9):
+        raise StateError("tally must be [f, d, x, gen, time, touched, cf, cd, cx]")
+    counts = [*tally[:4], *tally[6:]]
+    if any(type(n) is not int or n < 0 for n in counts):
+        raise StateError("counts and gen must be non-negative integers")
+    times = tally[4:6] or [None, None]
+    if any(t is not None and type(t) is not int for t in times):
+        raise StateError("time and touched must be integers or null")
     stored: dict[str, Slot] = {}
     by_key = _BY_KEY if folds is PROJECTIONS else _by_key(folds)
     for entry in entries:
@@ -149,7 +167,10 @@ def _record(raw: Any, folds: tuple[Projection, ...]) -> SessionRecord:
         if slot is None:  # new or version-bumped: waits for a replay from seq 0
             slot = Slot(projection, projection.init(), rebuilding=seen >= 0)
         slots[projection.key] = slot
-    return SessionRecord(slots, seen, Tally(*tally[:3]), offset, tally[3])
+    carried = Tally(*tally[6:]) if len(tally) == 9 else Tally()
+    return SessionRecord(
+        slots, seen, Tally(*tally[:3]), offset, tally[3], times[0], times[1], carried
+    )
 
 
 def _fault(raw: Any, key: str) -> Fault | None:

@@ -10,9 +10,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from stream.contract.errors import BadLine, Unreadable
-from stream.contract.events import Event, read_event
+from stream.contract.events import Event, event_time, read_event
 from stream.contract.storage import ChunkRun
-from stream.session.processor import SessionRecord, fold_items, process, process_run
+from stream.session.processor import (
+    SessionRecord,
+    fold_items,
+    note_time,
+    process,
+    process_run,
+)
 
 
 def events(lines: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, Event | ChunkRun | BadLine]]:
@@ -50,12 +56,14 @@ def fold_lines(
             except Unreadable as error:
                 yield BadLine(number, str(error))
                 continue
+            note_time(record, event_time(value))
             if every_event:
                 tally.count(process(record, event))
                 yield None
             else:
                 pending.append(event)
         elif type(value) is ChunkRun:
+            note_time(record, value.last_time)
             if every_event:
                 for seq in range(value.seq0, value.seq0 + value.size):
                     tally.add(process_run(record, seq, 1))

@@ -112,6 +112,21 @@ class SessionRecord:
     tally: Tally = field(default_factory=Tally)
     offset: int = -1  # highest input offset applied (the worker's redelivery check)
     gen: int = 0  # the session's own rebuild generation (a reset), 0: the deployment's
+    # The latest event time the session took (epoch ms; None: none yet, or a row written
+    # before times were kept). Published as the update's ``time``.
+    time: int | None = None
+    # The partition's stream time after the session's latest event: what its expiry is
+    # measured from (contract: "Session expiry"). None: not known (an older row).
+    touched: int | None = None
+    # Events of this key's earlier lives (before a reset, or before it expired and
+    # started over): still part of every total, never folded again.
+    carried: Tally = field(default_factory=Tally)
+
+    @property
+    def accounted(self) -> Tally:
+        """Every event the key ever took: this life's tally and the carried one."""
+        t, c = self.tally, self.carried
+        return Tally(t.folded + c.folded, t.duplicate + c.duplicate, t.faulted + c.faulted)
 
     @classmethod
     def new(cls, folds: tuple[Projection, ...] = PROJECTIONS) -> "SessionRecord":
@@ -316,6 +331,14 @@ def _account(record: SessionRecord, first: int, last: int, applied: bool, faulte
     return Outcome.FAULTED
 
 
+def note_time(record: SessionRecord, time: int | None) -> None:
+    """The session took an event at ``time`` (None: not an integer time): its latest
+    time only moves forward, so a redelivery or an event from a wrong clock in the past
+    changes nothing."""
+    if time is not None and (record.time is None or time > record.time):
+        record.time = time
+
+
 def published_seq(record: SessionRecord) -> int:
     """The ``seq`` an update carries: the highest seq seen for the session. A duplicate or
     faulted event still moves it forward, never back (contract: "What is published")."""
@@ -348,9 +371,12 @@ def faults(record: SessionRecord) -> dict[str, dict[str, Any]]:
 
 
 def update(session_id: str, record: SessionRecord) -> dict[str, Any]:
-    """The published shape: views in a fixed order, ``faults`` only when any,
-    ``rebuilding`` only while a projection waits for a replay."""
+    """The published shape: ``time`` (the latest event time) when known, views in a fixed
+    order, ``faults`` only when any, ``rebuilding`` only while a projection waits for a
+    replay."""
     out: dict[str, Any] = {"sessionId": session_id, "seq": published_seq(record)}
+    if record.time is not None:
+        out["time"] = record.time
     out.update(views(record))
     found = faults(record)
     if found:

@@ -93,6 +93,9 @@ class Deployment:
             STREAM_WEB_ENABLED="0",
             STREAM_BATCH_WITHIN="0.02",
             STREAM_SESSION_TIMEOUT="8",
+            # The generated corpora span years of event time in one topic: sessions
+            # would expire under the default TTL. Expiry's own tests set it.
+            STREAM_SESSION_TTL="0",
         )
         env.update(self.extra_env)
         env.update(overrides)

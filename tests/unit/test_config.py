@@ -91,6 +91,7 @@ OTHERS = {
     "KAFKA_SSL_CAFILE",
     "KAFKA_SSL_CERTFILE",
     "KAFKA_SSL_KEYFILE",
+    "STREAM_SESSION_TTL",
 }
 TESTED = set(STRINGS) | set(PARSED) | set(INTEGERS) | FLOATS | FLAGS | OTHERS
 
@@ -122,6 +123,26 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert (settings.partitions, settings.batch_max, settings.batch_within) == (6, 2000, 0.0)
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("7d", 7 * 86400), ("12h", 43200), ("90m", 5400), ("30s", 30), ("600", 600), ("0", 0)],
+)
+def test_the_session_ttl_is_a_duration(raw: str, seconds: int) -> None:
+    settings = Settings.from_env({"STREAM_SESSION_TTL": raw})
+    assert settings.session_ttl_seconds == seconds
+    assert settings.limits.session_ttl == seconds * 1000
+
+
+@pytest.mark.parametrize("raw", ["7w", "-1", "1.5d", "d", "7 d x"])
+def test_a_session_ttl_that_is_not_a_duration_is_refused(raw: str) -> None:
+    with pytest.raises(ConfigError, match="STREAM_SESSION_TTL"):
+        Settings.from_env({"STREAM_SESSION_TTL": raw})
+
+
+def test_sessions_expire_after_seven_days_by_default() -> None:
+    assert Settings.from_env({}).limits.session_ttl == 7 * 86400 * 1000
 
 
 def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -118,12 +118,57 @@ Combinations that would only fail at run time fail the render instead.
 {{- if and (gt (int .Values.stream.standbyReplicas) 0) (le (int .Values.replicaCount) (int .Values.stream.standbyReplicas)) }}
 {{- fail (printf "stream.standbyReplicas %d needs replicaCount > %d: a standby lives on another worker" (int .Values.stream.standbyReplicas) (int .Values.stream.standbyReplicas)) }}
 {{- end }}
+{{- if .Values.gateway.enabled }}
+{{- include "context-stream.validateGateway" . }}
+{{- end }}
 {{- end }}
 
 {{/*
-Environment shared by the worker and the gateway: the ConfigMap, then credentials from Secrets.
+The gateway's settings. In the chart it listens on 0.0.0.0, where it refuses to start
+without keys to check tokens against unless authentication is turned off explicitly.
 */}}
-{{- define "context-stream.env" -}}
+{{- define "context-stream.validateGateway" -}}
+{{- $gw := .Values.gateway }}
+{{- $jwks := $gw.auth.jwks }}
+{{- $keyFile := or $jwks.existingSecret $jwks.existingConfigMap }}
+{{- if eq $gw.auth.mode "jwt" }}
+{{- if not (or $keyFile $gw.auth.jwksUrl) }}
+{{- fail "gateway.auth.mode jwt needs the keys to verify tokens with: set gateway.auth.jwks.existingSecret or gateway.auth.jwks.existingConfigMap (a JWKS or PEM public key under gateway.auth.jwks.key), or gateway.auth.jwksUrl (https); or set gateway.auth.mode none explicitly (no authentication: every client that reaches the gateway reads every session)" }}
+{{- end }}
+{{- if and $jwks.existingSecret $jwks.existingConfigMap }}
+{{- fail "gateway.auth.jwks: set existingSecret or existingConfigMap, not both" }}
+{{- end }}
+{{- if and $keyFile $gw.auth.jwksUrl }}
+{{- fail "gateway.auth: set the keys as a file (gateway.auth.jwks) or as a URL (gateway.auth.jwksUrl), not both" }}
+{{- end }}
+{{- else if or $keyFile $gw.auth.jwksUrl $gw.auth.audience $gw.auth.issuer }}
+{{- fail "gateway.auth.mode none checks no tokens: unset gateway.auth.jwks, jwksUrl, audience and issuer, or set gateway.auth.mode jwt" }}
+{{- end }}
+{{- if regexMatch "^rediss?://[^/@]*:[^/@]*@" (include "context-stream.gatewayRedisUrl" .) }}
+{{- fail "gateway.redis.url carries a password: put it in the Secret named by gateway.redis.auth.existingSecret" }}
+{{- end }}
+{{- if and .Values.redis.auth.existingSecret (not $gw.redis.auth.existingSecret) }}
+{{- fail "redis.auth.existingSecret is set (Redis needs AUTH) but gateway.redis.auth.existingSecret is not: the gateway reads Redis as its own read-only user (docs/deploy.md, \"Redis users\")" }}
+{{- end }}
+{{- if and $gw.redis.auth.existingSecret (eq $gw.redis.auth.username .Values.redis.auth.username) }}
+{{- fail "gateway.redis.auth.username must name another Redis user than redis.auth.username: the gateway's user is read-only (docs/deploy.md, \"Redis users\")" }}
+{{- end }}
+{{- with $gw.autoscaling }}
+{{- if .enabled }}
+{{- if gt (int .minReplicas) (int .maxReplicas) }}
+{{- fail (printf "gateway.autoscaling.minReplicas %d is above maxReplicas %d" (int .minReplicas) (int .maxReplicas)) }}
+{{- end }}
+{{- if not (dig "requests" "cpu" "" $gw.resources) }}
+{{- fail "gateway.autoscaling needs gateway.resources.requests.cpu: the CPU target is a percentage of it" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The worker's environment: its ConfigMap, then Kafka and Redis credentials from Secrets.
+*/}}
+{{- define "context-stream.workerEnv" -}}
 envFrom:
   - configMapRef:
       name: {{ include "context-stream.fullname" . }}
@@ -149,8 +194,26 @@ env:
   {{- end }}
 {{- end }}
 
-{{/* Read-only mounts of the TLS Secrets, and /tmp (HOME, TMPDIR) on the read-only root. */}}
-{{- define "context-stream.volumeMounts" -}}
+{{/*
+The gateway's environment: its own ConfigMap and its own read-only Redis user's password.
+It never talks to Kafka, so it gets no Kafka setting, credential or key.
+*/}}
+{{- define "context-stream.gatewayEnv" -}}
+envFrom:
+  - configMapRef:
+      name: {{ include "context-stream.gatewayName" . }}
+env:
+  {{- if .Values.gateway.redis.auth.existingSecret }}
+  - name: REDIS_PASSWORD
+    valueFrom:
+      secretKeyRef:
+        name: {{ .Values.gateway.redis.auth.existingSecret }}
+        key: {{ .Values.gateway.redis.auth.passwordKey }}
+  {{- end }}
+{{- end }}
+
+{{/* The worker's read-only mounts of the TLS Secrets, and /tmp (HOME, TMPDIR) on the read-only root. */}}
+{{- define "context-stream.workerVolumeMounts" -}}
 - name: tmp
   mountPath: /tmp
 {{- if include "context-stream.kafkaTlsMounted" . }}
@@ -165,7 +228,7 @@ env:
 {{- end }}
 {{- end }}
 
-{{- define "context-stream.volumes" -}}
+{{- define "context-stream.workerVolumes" -}}
 - name: tmp
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
@@ -183,6 +246,11 @@ env:
       {{- end }}
 {{- end }}
 {{- if include "context-stream.redisTlsMounted" . }}
+{{ include "context-stream.redisTlsVolume" . }}
+{{- end }}
+{{- end }}
+
+{{- define "context-stream.redisTlsVolume" -}}
 - name: redis-tls
   secret:
     secretName: {{ .Values.redis.tls.caSecret }}
@@ -191,6 +259,90 @@ env:
       - key: {{ .Values.redis.tls.caKey }}
         path: {{ .Values.redis.tls.caKey }}
 {{- end }}
+
+{{/* The gateway's mounts: /tmp, the Redis CA, the JWT verification keys. */}}
+{{- define "context-stream.gatewayVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if include "context-stream.gatewayRedisTlsMounted" . }}
+- name: redis-tls
+  mountPath: {{ include "context-stream.redisTlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- if include "context-stream.jwksMounted" . }}
+# The directory, never a subPath: the kubelet swaps the files of a
+# directory mount when the Secret or ConfigMap changes (within about a
+# minute), so rotated keys reach the gateway, which re-reads the file,
+# without a restart. A subPath mount is copied once and never updated.
+- name: jwt-keys
+  mountPath: {{ include "context-stream.jwksDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "context-stream.gatewayVolumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- if include "context-stream.gatewayRedisTlsMounted" . }}
+{{ include "context-stream.redisTlsVolume" . }}
+{{- end }}
+{{- with .Values.gateway.auth.jwks }}
+{{- if .existingSecret }}
+- name: jwt-keys
+  secret:
+    secretName: {{ .existingSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .key }}
+        path: {{ .key }}
+{{- else if .existingConfigMap }}
+- name: jwt-keys
+  configMap:
+    name: {{ .existingConfigMap }}
+    defaultMode: 0440
+    items:
+      - key: {{ .key }}
+        path: {{ .key }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway's Redis: its own URL, else the worker's. */}}
+{{- define "context-stream.gatewayRedisUrl" -}}
+{{- default .Values.redis.url .Values.gateway.redis.url }}
+{{- end }}
+
+{{- define "context-stream.gatewayRedisTlsMounted" -}}
+{{- if and (hasPrefix "rediss://" (include "context-stream.gatewayRedisUrl" .)) .Values.redis.tls.caSecret }}true{{- end }}
+{{- end }}
+
+{{- define "context-stream.jwksDir" -}}/etc/context-stream/jwt{{- end }}
+
+{{- define "context-stream.jwksMounted" -}}
+{{- $a := .Values.gateway.auth }}
+{{- if and (eq $a.mode "jwt") (or $a.jwks.existingSecret $a.jwks.existingConfigMap) }}true{{- end }}
+{{- end }}
+
+{{/*
+Host header values the gateway accepts: the configured ones, then the Service's in-cluster
+names (in-cluster clients, and the readiness probe, which sends the first of them).
+*/}}
+{{- define "context-stream.gatewayServiceHosts" -}}
+{{- $svc := include "context-stream.gatewayName" . }}
+{{- $ns := .Release.Namespace }}
+{{- list (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.gateway.clusterDomain) (printf "%s.%s" $svc $ns) $svc | join "," }}
+{{- end }}
+
+{{- define "context-stream.gatewayAllowedHosts" -}}
+{{- concat .Values.gateway.allowedHosts (splitList "," (include "context-stream.gatewayServiceHosts" .)) | uniq | join "," }}
+{{- end }}
+
+{{/* The port of a redis:// or rediss:// URL (6379 when it names none). */}}
+{{- define "context-stream.redisPort" -}}
+{{- $rest := regexReplaceAll "^[^@/]*@" (regexReplaceAll "^rediss?://" . "") "" }}
+{{- $hostPort := regexReplaceAll "/.*$" $rest "" }}
+{{- default "6379" (regexFind "[0-9]+$" (regexFind ":[0-9]+$" $hostPort)) }}
 {{- end }}
 
 {{/* The label matchers every alert uses: this release's scrape job unless overridden. */}}

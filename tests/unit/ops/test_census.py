@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from stream.ops.census import Census, Figures
 from stream.session.batch import PARTITION_KEY, fold_batch
+from stream.session.partition import PartitionRow
 from tests.generators.extreme import extreme_messages
 from tests.unit.session.test_batch_hostile import messages_of
 
@@ -36,7 +37,7 @@ def test_the_census_equals_a_fresh_count_however_batches_and_the_walk_interleave
             census.observe(0, change.key, change.before, change.after)
         for part in result.partitions:
             rows[PARTITION_KEY] = part.row
-            census.observe_dead(0, part.dead_lettered)
+            census.observe_partition(0, PartitionRow.decode(part.row))
 
     census = Census()
     half = len(messages) // 2

@@ -85,11 +85,11 @@ class FakeOutbox:
 
         return deliver()
 
-    def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]:
+    def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
         return self._future("row", (key, row, partition))
 
     def send_update(
-        self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
+        self, key: bytes, payload: bytes | None, headers: list[tuple[str, bytes]]
     ) -> Awaitable[Any]:
         return self._future("update", (key, payload, headers))
 
@@ -127,7 +127,12 @@ class FakeSink:
         self.gate: asyncio.Semaphore | None = None
 
     async def write(
-        self, updates: Any, dead: Any = (), now_ms: int = 0
+        self,
+        updates: Any,
+        dead: Any = (),
+        now_ms: int = 0,
+        retired: Any = (),
+        seeded: bool = False,
     ) -> list[int]:  # the RedisSink signature
         self.attempts += 1
         updates, dead = list(updates), list(dead)

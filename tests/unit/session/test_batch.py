@@ -141,17 +141,17 @@ def test_the_partition_row_accounts_dead_letters_once_per_offset() -> None:
     first = fold([msg(b"junk", offset=4), msg([user(0), 42, "x"], offset=5)], store)
     assert first.counts.dead_lettered == 3
     assert [(p.partition, p.dead_lettered) for p in first.partitions] == [(3, 3)]
-    assert orjson.loads(store[PARTITION_KEY]) == [3, 5]  # [accounted, highest offset]
+    assert orjson.loads(store[PARTITION_KEY])[:2] == [3, 5]  # [accounted, highest offset]
     # A redelivery of offset 5 sends its dead letters again but counts none of them.
     again = fold([msg([user(0), 42, "x"], offset=5), msg(b"more junk", offset=6)], store)
     assert len(again.dead_letters) == 3 and again.counts.dead_lettered == 1
-    assert orjson.loads(store[PARTITION_KEY]) == [4, 6]
+    assert orjson.loads(store[PARTITION_KEY])[:2] == [4, 6]
 
 
 @pytest.mark.parametrize("stored", [b"junk", b"[1]", b'[1,"2"]', b"{}"])
 def test_an_unreadable_partition_row_starts_its_count_over(stored: bytes) -> None:
     result = fold([msg(b"junk", offset=7)], {PARTITION_KEY: stored})
-    assert orjson.loads(result.partitions[0].row) == [1, 7]
+    assert orjson.loads(result.partitions[0].row)[:2] == [1, 7]
 
 
 def test_a_dead_segment_element_keeps_its_own_text() -> None:
@@ -424,7 +424,9 @@ def test_a_reset_starts_the_session_over_under_its_generation() -> None:
     result = fold([reset(2, offset=1), *(msg(user(i), offset=2 + i) for i in range(7))], store)
     (change,) = result.sessions
     assert change.gen == 2 and "faults" not in change.update and change.update["seq"] == 6
-    assert change.tally.as_list() == [7, 0, 0]  # counted afresh: the state holds 0..6 now
+    # Counted afresh (the state holds 0..6 now), the first life's faulted event carried.
+    assert change.tally.as_list() == [7, 0, 1]
+    assert codec.decode(change.row).tally.as_list() == [7, 0, 0]
     # A replay of the same records changes nothing: the reset is at the session's generation.
     again = fold([reset(2, offset=1), msg(user(6), offset=8)], store)
     assert again.sessions[0].update == change.update
