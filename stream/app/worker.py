@@ -203,7 +203,8 @@ class Worker:
 
     async def sweep_step(self) -> int:
         """Expire up to ``SWEEP_STEP`` due sessions of one walked partition (the first
-        with any due); returns how many left. Holds the lock for this step only."""
+        with any due); returns how many left, -1 when none did (those due were alive).
+        Holds the lock for this step only."""
         ttl = self.limits.session_ttl
         async with self.lock:
             for partition in self.stats.census.walked_partitions():
@@ -222,8 +223,8 @@ class Worker:
                     self.stats.observe_sweep(result)
                 except Exception:
                     log.exception("metrics of a sweep not recorded")
-                return len(result.expired)
-        return 0
+                return len(result.expired) if result.expired else -1
+        return -1
 
     async def _sweeper(self) -> None:
         """Work off due sessions a step at a time, between batches, whenever any are due
@@ -236,7 +237,9 @@ class Worker:
             while any(self._due(p) for p in self.stats.census.walked_partitions()):
                 started = time.monotonic()
                 gone = await self.sweep_step()
-                if gone:
+                if gone < 0:
+                    break  # only sessions still alive were due: the next batch says more
+                if gone > 0:
                     log.debug(
                         "expired %d sessions in %.1f ms", gone, 1e3 * (time.monotonic() - started)
                     )

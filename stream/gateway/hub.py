@@ -1,31 +1,61 @@
 """In-process fan-out: ONE Redis pattern subscription per gateway, any number of clients.
 
-The hub ``PSUBSCRIBE``s to every session channel, frames each update once, and puts it
-on the bounded queue of every client watching that session. Putting never waits: a
-client whose queue is full is dropped (its queue gets the end marker and its stream is
-aborted), so one slow reader costs the others nothing.
+The hub ``PSUBSCRIBE``s to every session channel. A channel message carries only the
+update JSON, not its generation, so for a session somebody watches the hub reads the
+session's hash (``gen seq n v update``: one pipeline of HMGETs for the messages it has in
+hand, never one per client), frames each message once with its version, and puts it on
+the bounded queue of every client watching that session.
+
+Redis publishes a session's updates only forward, in version order. A message the hash
+still holds gets the hash's exact version. One the hash has already moved past (updates
+faster than the hub's round trip) is still relayed, in order, when its place is certain:
+the hash is in the generation the hub last knew and its seq lies between the last one
+known and the hash's; its id then reads ``gen-seq-0-0`` (an id never equal to a stored
+version, so resuming from it resends the current value). Otherwise (a rebuild in
+between) it is skipped: the newer value follows on the channel.
+
+A message ``{"sessionId": ..., "expired": true}`` (the worker expired the session and
+deleted its hash) ends that session's streams with ``event: expired``.
+
+Putting never waits: a client whose queue is full is dropped (its queue gets the end
+marker and its stream is aborted), so one slow reader costs the others nothing.
 
 On a Redis failure the hub reconnects with backoff; once subscribed again it re-reads
 the latest value of every watched session and dispatches it, so clients catch up on
-what was published while it was away (clients skip seqs they already have).
+what was published while it was away (clients skip versions they already have).
 """
 
 import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
+import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from stream.gateway.sse import Frame, frame
-from stream.gateway.store import Store
+from stream.gateway.sse import Ending, Frame, Version, frame, seq_of
+from stream.gateway.store import Store, Stored
 from stream.output.layout import RedisLayout
 
 log = logging.getLogger(__name__)
 
 CLOSED: Final = None  # the end marker on a client's queue: dropped, or the gateway stops
+BATCH: Final = 512  # channel messages taken in hand per round trip to the hashes
+
+Item = Frame | Ending | None
+
+
+def expiry_of(payload: bytes) -> bool:
+    """Whether a channel message is the worker's ``{"sessionId": ..., "expired": true}``."""
+    if b'"expired"' not in payload:  # an update's JSON never holds this key
+        return False
+    try:
+        message = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(message, dict) and message.get("expired") is True and "seq" not in message
 
 
 class Subscription:
@@ -35,17 +65,17 @@ class Subscription:
 
     def __init__(self, session_id: str, size: int) -> None:
         self.session_id = session_id
-        self.queue: asyncio.Queue[Frame | None] = asyncio.Queue(size)
+        self.queue: asyncio.Queue[Item] = asyncio.Queue(size)
         self.dropped = False
         # Called when the hub drops this client: the handler aborts its connection, which
         # a write blocked on a reader that never reads would otherwise wait on forever.
         self.on_drop: Callable[[], None] | None = None
 
-    def close(self) -> None:
-        """Empty the queue and leave only the end marker (never blocks)."""
+    def close(self, last: Item = CLOSED) -> None:
+        """Empty the queue and leave only ``last`` (never blocks)."""
         while not self.queue.empty():
             self.queue.get_nowait()
-        self.queue.put_nowait(CLOSED)
+        self.queue.put_nowait(last)
 
 
 class Hub:
@@ -64,7 +94,11 @@ class Hub:
         self.retry_max = retry_max
         self.ready = asyncio.Event()  # set while the pattern subscription is confirmed live
         self.clients: dict[str, set[Subscription]] = {}
+        # Per watched session the newest version known: dispatched, or read by a handler.
+        self.known: dict[str, Version] = {}
         self.delivered = 0  # frames queued to clients
+        self.reads = 0  # round trips to the hashes (each one pipeline of HMGETs)
+        self.expired = 0  # sessions whose streams an expiry message ended
         self.dropped = 0  # clients dropped for being slow
         self.reconnects = 0
         self._task: asyncio.Task[None] | None = None
@@ -81,26 +115,41 @@ class Hub:
             watching.discard(subscription)
             if not watching:
                 del self.clients[subscription.session_id]
+                self.known.pop(subscription.session_id, None)
 
     @property
     def client_count(self) -> int:
         return sum(len(s) for s in self.clients.values())
 
-    def dispatch(self, session_id: str, payload: bytes) -> None:
-        """Queue one update for every client of its session; never waits."""
+    def observe(self, session_id: str, version: Version) -> None:
+        """A version of a watched session read elsewhere (a new stream's first read)."""
+        if session_id in self.clients:
+            self.known[session_id] = max(version, self.known.get(session_id, version))
+
+    def dispatch(self, session_id: str, value: Stored) -> None:
+        """Queue an update for every client watching its session; never waits. Clients
+        skip versions they already have (a resync may repeat one)."""
         watching = self.clients.get(session_id)
         if not watching:
             return
-        framed = frame(payload)
-        if framed is None:
-            log.warning("gateway: ignoring a message without a seq on session %r", session_id)
-            return
+        self.known[session_id] = max(value.version, self.known.get(session_id, value.version))
+        framed = frame(value.version, value.update)
         for subscription in tuple(watching):
             try:
                 subscription.queue.put_nowait(framed)
                 self.delivered += 1
             except asyncio.QueueFull:
                 self._drop(subscription)
+
+    def expire(self, session_id: str, payload: bytes) -> None:
+        """End every stream of an expired session with ``event: expired``."""
+        watching = self.clients.pop(session_id, None)
+        self.known.pop(session_id, None)
+        if not watching:
+            return
+        self.expired += 1
+        for subscription in watching:
+            subscription.close(Ending(payload))
 
     def _drop(self, subscription: Subscription) -> None:
         self.unsubscribe(subscription)
@@ -172,20 +221,74 @@ class Hub:
 
     async def _resync(self, session_ids: Iterable[str]) -> None:
         ids = list(session_ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            for session_id, payload in zip(chunk, await self.store.latest_many(chunk), strict=True):
-                if payload is not None:
-                    self.dispatch(session_id, payload)
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            self.reads += 1
+            for session_id, current in zip(chunk, await self.store.current(chunk), strict=True):
+                if current is not None:
+                    self.dispatch(session_id, current)
+
+    def version_of(self, session_id: str, payload: bytes, current: Stored) -> Version | None:
+        """The version of a channel message, given the hash read after it arrived."""
+        if payload == current.update:
+            return current.version
+        known = self.known.get(session_id)
+        seq = seq_of(payload)
+        if known is None or seq is None or known[0] != current.version[0]:
+            return None  # no anchor, not an update, or a new generation in between
+        derived = (current.version[0], seq, 0, 0)
+        return derived if known < derived < current.version else None
+
+    async def handle(self, messages: list[tuple[str, bytes]]) -> None:
+        """Channel messages in arrival order: expiries at once, updates framed with their
+        versions after one read of their sessions' hashes (a gone hash: nothing; its
+        expiry follows)."""
+        watched = [(i, data) for i, data in messages if i in self.clients]
+        if not watched:
+            return
+        updated = list(dict.fromkeys(i for i, data in watched if not expiry_of(data)))
+        current: dict[str, Stored | None] = {}
+        if updated:
+            self.reads += 1
+            current = dict(zip(updated, await self.store.current(updated), strict=True))
+        for session_id, data in watched:
+            if session_id not in self.clients:
+                continue
+            if expiry_of(data):
+                self.expire(session_id, data)
+                continue
+            value = current.get(session_id)
+            if value is None:
+                continue  # the hash is gone (expired, deleted): nothing to relay
+            version = self.version_of(session_id, data, value)
+            if version is not None:
+                self.dispatch(session_id, Stored(version, data))
 
     async def _pump(self, pubsub: aioredis.client.PubSub) -> None:
         session_id_of = self.layout.session_id_of
         while True:
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if message is None or message["type"] != "pmessage":
-                continue
-            channel = message["channel"]
-            name = channel.decode(errors="replace") if isinstance(channel, bytes) else channel
-            session_id = session_id_of(name)
-            if session_id is not None:
-                self.dispatch(session_id, message["data"])
+            batch: list[tuple[str, bytes]] = []
+            while message is not None:  # take what has arrived, up to BATCH, without waiting
+                taken = _taken(message, session_id_of)
+                if taken is not None:
+                    batch.append(taken)
+                if len(batch) >= BATCH:
+                    break
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0)
+            if batch:
+                await self.handle(batch)
+
+
+def _taken(
+    message: dict[str, Any], session_id_of: Callable[[str], str | None]
+) -> tuple[str, bytes] | None:
+    if message["type"] != "pmessage":
+        return None
+    channel = message["channel"]
+    name = channel.decode(errors="replace") if isinstance(channel, bytes) else channel
+    session_id = session_id_of(name)
+    data = message["data"]
+    if session_id is None or not isinstance(data, bytes):
+        return None
+    return session_id, data

@@ -145,7 +145,9 @@ def bar_cells(segments: Sequence[Segment], width: int) -> list[int]:
 
 
 def summary(update: Mapping[str, Any], updated_ms: int | None) -> dict[str, Any]:
-    """One row of a session listing (``GET /sessions``, the page's index)."""
+    """One row of a session listing (``GET /sessions``, the page's index): ``updatedAt``
+    is when Redis took the update, ``time`` the session's latest event time (epoch ms,
+    from the update; ``None`` in records written before it existed)."""
     model = meter(update)
     percent = model.percent
     return {
@@ -156,4 +158,5 @@ def summary(update: Mapping[str, Any], updated_ms: int | None) -> dict[str, Any]
         "contextWindow": model.capacity,
         "faults": len(model.faults),
         "updatedAt": updated_ms,
+        "time": _count(update.get("time")),
     }

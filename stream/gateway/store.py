@@ -1,21 +1,53 @@
 """Reads of what the worker published: a session's latest update, the recent sessions.
 
 Key names come from ``RedisLayout`` only. ``Store`` is the narrow interface the HTTP
-handlers use, so they can be unit-tested without a Redis server.
+handlers and the hub use, so they can be unit-tested without a Redis server (and a Redis
+Cluster client can take ``RedisStore``'s place: every call names its keys).
+
+What a call costs Redis, at most: ``latest`` one HGET; ``current`` one pipeline of HMGETs
+(the hub batches the channel messages it has in hand); ``recent`` one ZREVRANGE of at
+most ``scan`` entries and one pipeline of at most ``limit`` HGETs.
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
 from stream.config import Settings
+from stream.gateway.sse import Version, seq_of
 from stream.output.layout import RedisLayout
 
-# Listing with a prefix filter walks the recent set newest first, this many ids per
-# round trip, and gives up after SCAN_LIMIT ids (a bounded cost per request).
-PAGE = 256
-SCAN_LIMIT = 10_000
+FIELDS = ("gen", "seq", "n", "v", "update")
+SCAN = 1000  # recent-set entries one listing looks at (STREAM_GATEWAY_LIST_SCAN)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A session's hash: its update JSON and the version it was written at."""
+
+    version: Version
+    update: bytes
+
+
+def _number(value: object) -> int | None:
+    if isinstance(value, bytes) and value.isdigit():
+        return int(value)
+    return None
+
+
+def stored(values: Sequence[object]) -> Stored | None:
+    """``HMGET gen seq n v update`` as a ``Stored``; ``None`` when there is no update.
+    A hash written without the version fields (by hand, an older writer) orders as
+    generation 0 at the update's own seq."""
+    gen, seq, n, v, update = values
+    if not isinstance(update, bytes):
+        return None
+    number = _number(seq)
+    if number is None:
+        number = seq_of(update) or 0
+    return Stored((_number(gen) or 0, number, _number(n) or 0, _number(v) or 0), update)
 
 
 def connection_options(settings: Settings) -> dict[str, Any]:
@@ -50,8 +82,15 @@ class Store(Protocol):
 
     async def latest_many(self, session_ids: Sequence[str]) -> list[bytes | None]: ...
 
-    async def recent(self, prefix: str, limit: int) -> list[tuple[str, int, bytes]]:
-        """``(session id, updated epoch ms, update JSON)``, most recently updated first."""
+    async def current(self, session_ids: Sequence[str]) -> list[Stored | None]:
+        """Each session's update and version (``None``: unknown), in one round trip."""
+
+    async def recent(
+        self, prefixes: str | Sequence[str], limit: int, scan: int = SCAN
+    ) -> list[tuple[str, int, bytes]]:
+        """``(session id, updated epoch ms, update JSON)``, most recently updated first, of
+        sessions whose id starts with one of ``prefixes``, among the ``scan`` most recently
+        updated ones."""
 
     async def ping(self) -> bool: ...
 
@@ -72,29 +111,44 @@ class RedisStore:
             pipe.hget(self.layout.session_key(session_id), "update")
         return [_bytes(value) for value in await pipe.execute()]
 
-    async def recent(self, prefix: str, limit: int) -> list[tuple[str, int, bytes]]:
-        found: list[tuple[str, int, bytes]] = []
-        start = 0
-        while len(found) < limit and start < SCAN_LIMIT:
-            # Without a filter one page of exactly what is asked for is enough.
-            count = limit - len(found) if not prefix else PAGE
-            page: list[Any] = await self.client.zrevrange(
-                self.layout.recent_key, start, start + count - 1, withscores=True
-            )
-            start += count
-            wanted = [
-                (session_id, score)
-                for session_id, score in ((raw.decode(errors="replace"), s) for raw, s in page)
-                if session_id.startswith(prefix)
-            ]
-            # A session whose hash expired (REDIS_TTL_SECONDS) may linger in the set: skip it.
-            values = await self.latest_many([i for i, _ in wanted])
-            for (session_id, score), value in zip(wanted, values, strict=True):
-                if value is not None and len(found) < limit:
-                    found.append((session_id, int(score), value))
-            if len(page) < count:
-                break
-        return found
+    async def current(self, session_ids: Sequence[str]) -> list[Stored | None]:
+        if not session_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for session_id in session_ids:
+            pipe.hmget(self.layout.session_key(session_id), FIELDS)
+        return [stored(values) for values in await pipe.execute()]
+
+    async def recent(
+        self, prefixes: str | Sequence[str], limit: int, scan: int = SCAN
+    ) -> list[tuple[str, int, bytes]]:
+        if isinstance(prefixes, str):
+            prefixes = (prefixes,)
+        if not prefixes or limit < 1:
+            return []
+        everything = "" in prefixes
+        # Without a filter the first ``limit`` entries are the answer; with one, look at
+        # the ``scan`` newest and no further (a bounded cost, documented).
+        count = min(limit, scan) if everything else scan
+        page: list[Any] = await self.client.zrevrange(
+            self.layout.recent_key, 0, count - 1, withscores=True
+        )
+        wanted: list[tuple[str, int]] = []
+        for raw, score in page:
+            session_id = raw.decode(errors="replace")
+            if everything or session_id.startswith(tuple(prefixes)):
+                wanted.append((session_id, int(score)))
+                if len(wanted) == limit:
+                    break
+        if not wanted:
+            return []
+        values = await self.latest_many([session_id for session_id, _ in wanted])
+        # A session whose hash expired (REDIS_TTL_SECONDS) may linger in the set: skip it.
+        return [
+            (session_id, score, value)
+            for (session_id, score), value in zip(wanted, values, strict=True)
+            if value is not None
+        ]
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())

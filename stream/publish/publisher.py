@@ -206,7 +206,9 @@ class Publisher:
         backoff = Backoff(0.2, 10.0)
         while True:
             outbox = self.outbox
-            futures = [outbox.write_row(PARTITION_KEY, sweep.row, sweep.partition)]
+            futures = []
+            if sweep.row:  # empty: every session was counted by an earlier sweep already
+                futures.append(outbox.write_row(PARTITION_KEY, sweep.row, sweep.partition))
             for e in sweep.expired:
                 futures.append(outbox.write_row(e.key, None, sweep.partition))
                 futures.append(outbox.send_update(e.key, None, []))
@@ -222,7 +224,9 @@ class Publisher:
                 backoff.delay,
             )
             await backoff.wait()
-        retired = [self.retired_count(sweep.partition, PartitionRow.decode(sweep.row))]
+        retired = []
+        if sweep.row:
+            retired.append(self.retired_count(sweep.partition, PartitionRow.decode(sweep.row)))
         await self.write_redis(drops, [], retired=retired)
         return drops
 

@@ -448,8 +448,8 @@ class _Batch:
                 folding.append(item)
         fold_items(record, folding, record.tally if fresh else None)
         note_time(record, latest)
-        record.touched = clock.active(latest, record.touched)
-        if fresh:
+        if fresh:  # a redelivery is in the row already, at the stream time it had then
+            record.touched = clock.active(latest, record.touched)
             record.offset = message.offset
 
     def expire(

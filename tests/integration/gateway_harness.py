@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,8 @@ from confluent_kafka import Producer
 from tests.integration.harness import REPO, Deployment, free_port, http_get, wait_until
 
 EXAMPLES = REPO / "examples"
+# `stream serve` runs this module's server (stream/gateway/server.py).
+SERVE = [sys.executable, "-m", "stream", "serve"]
 
 
 @dataclass
@@ -28,11 +32,14 @@ class Gateway:
 
     @classmethod
     def start(cls, deployment: Deployment, *args: str, **env: str) -> "Gateway":
+        """Started and healthy. Test clients all come from 127.0.0.1: the per-address
+        stream limit is lifted unless ``env`` sets it."""
         port = free_port()
         log_path = deployment.workdir / f"gateway-{port}.log"
+        env = {"STREAM_GATEWAY_MAX_STREAMS_PER_ADDRESS": "0"} | env
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "stream", "serve", "--port", str(port), *args],
+                [*SERVE, "--port", str(port), *args],
                 env=deployment.env(**env),
                 cwd=REPO,
                 stdout=log,
@@ -49,6 +56,17 @@ class Gateway:
 
     def get(self, path: str) -> tuple[int, bytes]:
         return http_get(self.url + path, timeout=10)
+
+    def request(
+        self, path: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """GET with headers: status, response headers, body (errors included)."""
+        request = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, dict(error.headers), error.read()
 
     def health(self) -> dict[str, Any]:
         return orjson.loads(self.get("/healthz")[1])  # type: ignore[no-any-return]

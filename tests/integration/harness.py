@@ -179,6 +179,9 @@ class Deployment:
     def latest_output(self) -> dict[str, dict[str, Any]]:
         latest: dict[str, dict[str, Any]] = {}
         for message in self.consume_all(f"{self.name}.context"):
+            if message.value() is None:  # a tombstone: the session expired
+                latest.pop(message.key().decode(), None)
+                continue
             latest[message.key().decode()] = orjson.loads(message.value())
         return latest
 

@@ -1,9 +1,16 @@
 """The gateway's page in headless Chromium (Debian's, driven by Playwright): live from a
-worker over SSE, the ring and the rows move as events are produced.
+worker over SSE, the ring and the rows move as events are produced; with authentication
+on, the page takes its token from the URL fragment, keeps keyboard focus while its list
+refreshes, tells a screen reader what matters, and axe-core (tests/oracle's npm
+dependencies) finds no serious or critical violation on either page, light or dark.
+
+Every page runs under the gateway's Content-Security-Policy: an inline script or style
+would be a console error, which fails the test.
 
 Screenshots are written to tests/artifacts/ (ignored by git) and their paths printed.
 """
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +20,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 
 from tests.integration.gateway_harness import Feeder, Gateway, Log, wait_seq
 from tests.integration.harness import REPO, Deployment
+from tests.unit.gateway.tokens import Signer, jwks
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +36,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = REPO / "tests" / "artifacts"
+AXE = REPO / "tests" / "oracle" / "node_modules" / "axe-core" / "axe.min.js"
+# Chromium reports every answer >= 400 on the console; these ones the page expects (an
+# unknown session, a missing or expired token) and handles.
+EXPECTED = ("Failed to load resource: the server responded with a status of 40",)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +59,7 @@ def page(browser: Browser) -> Iterator[Page]:
     opened.on("pageerror", lambda error: errors.append(str(error)))
 
     def console(message: ConsoleMessage) -> None:
-        if message.type == "error":
+        if message.type == "error" and not message.text.startswith(EXPECTED):
             errors.append(message.text)
 
     opened.on("console", console)
@@ -154,8 +166,13 @@ def test_faults_are_shown_loudly(
 ) -> None:
     key, log = "page-gap", Log.read("example-system-prompts.jsonl")
     page.goto(f"{gateway.url}/sessions/{key}")  # before the session exists
-    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
-    expect(page.get_by_test_id("subline")).to_have_text("waiting for the first update…")
+    # Not a green "live" over zeros: the session is not known (yet), and the page says so.
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "waiting")
+    expect(page.get_by_test_id("status")).to_have_text("not found")
+    expect(page.get_by_test_id("subline")).to_have_text(
+        "No such session (yet): waiting for its first update…"
+    )
+    expect(page.get_by_test_id("usage")).to_contain_text("Input—")
     feeder.send(key, log.lines[:6])
     feeder.send(key, log.lines[9:])  # three events missing: every projection faults
     wait_seq(live_deployment, key, log.seq_after(len(log.lines)))
@@ -166,4 +183,172 @@ def test_faults_are_shown_loudly(
     for projection, fault in update["faults"].items():
         expect(faults).to_contain_text(f"{projection} at seq {fault['seq']}: {fault['error']}")
     expect(page.get_by_test_id("card")).to_have_attribute("data-faulted", "true")
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
     screenshot(page, "context-meter-faults.png")
+
+
+# -- with authentication on ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def signer() -> Signer:
+    return Signer("ES256")
+
+
+@pytest.fixture(scope="module")
+def secured(live_deployment: Deployment, signer: Signer) -> Iterator[Gateway]:
+    keys = live_deployment.workdir / "page-jwks.json"
+    keys.write_bytes(jwks(signer))
+    started = Gateway.start(
+        live_deployment, STREAM_GATEWAY_JWT_KEYS=str(keys), STREAM_GATEWAY_JWT_LEEWAY="0"
+    )
+    yield started
+    started.stop()
+
+
+# axe cannot measure text contrast over a gradient or through a backdrop filter (it
+# reports "incomplete"), so the check sees the page on its plain background colour, a
+# stylesheet of the page's own origin (the CSP takes no inline style). The page's colours
+# keep 4.5:1 over the decorative glow's strongest tints too (docs/gateway.md).
+PLAIN = "body { background: var(--bg) !important; } .card { backdrop-filter: none !important; }"
+
+
+def serious_violations(page: Page, origin: str) -> list[dict[str, Any]]:
+    """axe-core's serious and critical findings on the page as it is. axe is served as a
+    file of the page's own origin (the CSP allows no other script)."""
+    assert AXE.exists(), "no axe-core: `make setup` installs tests/oracle's npm dependencies"
+    page.route(
+        f"{origin}/__axe.min.js",
+        lambda route: route.fulfill(path=str(AXE), content_type="text/javascript"),
+    )
+    page.route(
+        f"{origin}/__plain.css", lambda route: route.fulfill(body=PLAIN, content_type="text/css")
+    )
+    if not page.evaluate("() => typeof axe !== 'undefined'"):
+        page.add_style_tag(url=f"{origin}/__plain.css")
+        page.add_script_tag(url=f"{origin}/__axe.min.js")
+    result: dict[str, Any] = page.evaluate(
+        """async () => {
+             const result = await axe.run(document);
+             const brief = (v) => ({ id: v.id, impact: v.impact, help: v.help,
+               nodes: v.nodes.map((n) => [n.target.join(" "), n.any.map((a) => a.message)]) });
+             return { violations: result.violations.map(brief),
+                      incomplete: result.incomplete.map(brief) };
+           }"""
+    )
+    # Contrast was measured, not given up on (the ring's labels sit on its SVG).
+    unmeasured = [
+        node
+        for finding in result["incomplete"]
+        if finding["id"] == "color-contrast"
+        for node in finding["nodes"]
+        if ".ring-" not in node[0]
+    ]
+    assert unmeasured == [], unmeasured
+    return [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
+
+
+def axe_both_schemes(page: Page, origin: str) -> None:
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        page.wait_for_timeout(400)  # transitions settle: axe reads computed colours
+        assert serious_violations(page, origin) == [], scheme
+    page.emulate_media(color_scheme="light")
+
+
+def focused_session(page: Page) -> str | None:
+    found: str | None = page.evaluate(
+        "() => document.activeElement.closest('[data-session]')?.dataset.session ?? null"
+    )
+    return found
+
+
+def test_the_page_with_authentication_on(
+    live_deployment: Deployment, secured: Gateway, feeder: Feeder, signer: Signer, page: Page
+) -> None:
+    one, two, log = "page-auth/one", "page-auth/two", Log.read("example-agent-0.jsonl")
+    cuts = log.cuts(3)
+    feeder.send(one, log.lines[: cuts[0]])
+    feeder.send(two, log.lines[: cuts[0]])
+    feeder.send("page-outside", log.lines[: cuts[0]])
+    for key in (one, two, "page-outside"):
+        wait_seq(live_deployment, key, log.seq_after(cuts[0]))
+    token = signer.token(["page-auth/"], sub="page-user")
+
+    # The index: the token comes in the fragment, is kept for the tab and leaves the URL.
+    page.goto(f"{secured.url}/#access_token={token}")
+    row = page.locator(f'[data-session="{two}"] a')
+    expect(row).to_be_visible()
+    assert page.evaluate("() => location.hash") == ""
+    assert page.evaluate("() => sessionStorage.getItem('context-stream.access_token')") == token
+    listed = page.locator("[data-session]").evaluate_all(
+        "(rows) => rows.map((r) => r.dataset.session)"
+    )
+    assert sorted(listed) == [one, two]  # nothing outside the grant
+
+    # Keyboard focus stays on its row while the list refreshes and reorders around it.
+    page.locator(f'[data-session="{one}"] a').focus()
+    order = listed
+    feeder.send(one, log.lines[cuts[0] : cuts[1]])  # `one` becomes the most recent
+    wait_seq(live_deployment, one, log.seq_after(cuts[1]))
+    page.wait_for_function(
+        f"() => document.querySelector('[data-session]').dataset.session === {one!r}",
+        timeout=10_000,
+    )
+    page.wait_for_timeout(2300)  # and one more refresh
+    assert focused_session(page) == one, order
+    axe_both_schemes(page, secured.url)
+    screenshot(page, "sessions-auth.png")
+
+    # The session page: the meter for assistive technology, the update's own time.
+    page.locator(f'[data-session="{one}"] a').click()
+    expect(page.get_by_test_id("session-id")).to_have_text(one)
+    update = live_deployment.redis_update(one)
+    assert update is not None
+    expect(page.get_by_test_id("seq")).to_have_text(f"seq {update['seq']}")
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
+    pressure = update["contextPressure"]
+    percent = 100 * pressure["projectedTokens"] / pressure["contextWindow"]
+    gauge = page.get_by_test_id("meter")
+    expect(gauge).to_have_attribute("role", "meter")
+    expect(gauge).to_have_attribute("aria-valuenow", _number(min(100, round(percent, 1))))
+    expect(gauge).to_have_attribute("aria-valuemin", "0")
+    expect(gauge).to_have_attribute("aria-valuemax", "100")
+    expect(gauge).to_have_attribute(
+        "aria-valuetext", re.compile(rf"^{percent:.1f}% of the context window used")
+    )
+    expect(page.get_by_test_id("announce")).to_contain_text(f"{percent:.1f}% of the context")
+    assert isinstance(update.get("time"), int), "the worker's update carries its event time"
+    shown = page.evaluate("(ms) => new Date(ms).toLocaleString()", update["time"])
+    expect(page.get_by_test_id("updated")).to_have_text(f"updated {shown}")
+    axe_both_schemes(page, secured.url)
+    screenshot(page, "context-meter-auth.png")
+
+    # Outside the grant and unknown look the same: not found.
+    for other in ("page-outside", "page-auth%2Fnever"):
+        page.goto(f"{secured.url}/sessions/{other}")
+        expect(page.get_by_test_id("status")).to_have_attribute("data-state", "waiting")
+
+
+def test_the_page_says_when_its_token_is_missing_or_expires(
+    live_deployment: Deployment, secured: Gateway, feeder: Feeder, signer: Signer, page: Page
+) -> None:
+    key, log = "page-auth/expiring", Log.read("example-system-prompts.jsonl")
+    feeder.send(key, log.lines)
+    wait_seq(live_deployment, key, log.seq_after(len(log.lines)))
+    page.goto(f"{secured.url}/")
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+    expect(page.get_by_test_id("notice")).to_contain_text("Not authorised")
+
+    brief = signer.token(["page-auth/"], expires_in=3)
+    page.goto(f"{secured.url}/sessions/{key.replace('/', '%2F')}#access_token={brief}")
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
+    # At the token's expiry the gateway ends the stream with `event: reauthenticate`.
+    expect(page.get_by_test_id("notice")).to_contain_text(
+        "Your access token expired", timeout=10_000
+    )
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+    assert serious_violations(page, secured.url) == []
+
+
+def _number(value: float) -> str:
+    """A number as JavaScript's String() writes it."""
+    return str(int(value)) if float(value).is_integer() else repr(value)

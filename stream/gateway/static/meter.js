@@ -37,8 +37,7 @@ export function meter(update) {
   const capacity = count(pressure.contextWindow);
   const used = count(pressure.projectedTokens);
   const percent = used !== null && capacity ? (100 * used) / capacity : null;
-  const level =
-    percent === null || percent < WARN_PERCENT ? "ok" : percent < HIGH_PERCENT ? "warn" : "high";
+  const level = levelOf(percent);
   const faults = Object.entries(section(update, "faults")).map(([projection, fault]) => ({
     projection,
     seq: fault && count(fault.seq),
@@ -60,6 +59,21 @@ export function meter(update) {
 }
 
 export const tokens = (n) => (n === null || n === undefined ? "—" : n.toLocaleString("en-US"));
+
+export const levelOf = (percent) =>
+  percent === null || percent < WARN_PERCENT ? "ok" : percent < HIGH_PERCENT ? "warn" : "high";
+
+// What a screen reader hears for the ring (role="meter"'s aria-valuetext).
+export function describe(m) {
+  if (m.percent === null) return "no figure yet";
+  const of = m.capacity === null ? "" : ` (~${tokens(m.used)} of ${tokens(m.capacity)} tokens)`;
+  const level = m.level === "high" ? ", nearly full" : m.level === "warn" ? ", filling up" : "";
+  return `${percentText(m.percent)} of the context window used${of}${level}`;
+}
+
+// The time an update stands for: its own `time` (epoch ms of the session's latest event,
+// set by the worker), else the moment it arrived (records written before `time` existed).
+export const eventTime = (update, arrived) => (Number.isInteger(update && update.time) ? update.time : arrived);
 
 export function percentText(percent) {
   return percent === null ? "—" : `${percent.toFixed(1)}%`;
@@ -104,11 +118,14 @@ export function setRing(svg, percent, level) {
   svg.dataset.percent = percent === null ? "" : percent.toFixed(3);
 }
 
+// `style` takes an object and goes through the CSSOM: the page's Content-Security-Policy
+// refuses inline style attributes.
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
     if (name === "class") node.className = value;
     else if (name === "text") node.textContent = value;
+    else if (name === "style") Object.assign(node.style, value);
     else node.setAttribute(name, value);
   }
   node.append(...children);

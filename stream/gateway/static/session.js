@@ -1,8 +1,13 @@
 // One session's meter, live over Server-Sent Events.
-// EventSource resends the last `id:` (the update's seq) as Last-Event-ID when it
-// reconnects; if the browser gives up (e.g. a 503), we reconnect ourselves with
-// ?lastEventId= so the gateway still skips what we already have.
-import { ago, el, meter, percentText, ring, setRing, tokens } from "./meter.js";
+// First GET /context: 200 draws the session, 404 says it is unknown (or outside the
+// token's grant) and waits for it, 401 asks for a token. Then the stream: EventSource
+// resends the last `id:` (the update's version, `gen-seq-n-v`) as Last-Event-ID when it
+// reconnects; if the browser gives up (a non-200 answer), we ask /context why and
+// reconnect ourselves with ?lastEventId= so the gateway still skips what we already have.
+// `event: expired` (the session expired) and `event: reauthenticate` (the token expired)
+// end the stream for good.
+import { authHeaders, SIGN_IN, withToken } from "./auth.js";
+import { ago, describe, el, eventTime, meter, percentText, ring, setRing, tokens } from "./meter.js";
 
 const PREFIX = "/sessions/";
 const sessionId = decodeURIComponent(location.pathname.slice(PREFIX.length));
@@ -14,8 +19,11 @@ $("ring").append(ringSvg);
 $("session-id").textContent = sessionId;
 document.title = `${sessionId} · context meter`;
 
-let lastSeq = null;
-let lastAt = null;
+let lastId = null; // the last event id seen
+let shownAt = null; // the time the shown update stands for (epoch ms)
+let source = null;
+let over = false; // expired, or not authorised: no more reconnecting
+let heard = null; // what the live region last said about the figures: {bucket, level, faults}
 
 function setStatus(state, text) {
   const status = $("status");
@@ -23,14 +31,41 @@ function setStatus(state, text) {
   status.querySelector(".status-text").textContent = text;
 }
 
+function announce(text) {
+  $("announce").textContent = text;
+}
+
+function notice(text) {
+  const box = $("notice");
+  box.hidden = !text;
+  box.textContent = text || "";
+}
+
+// Say what matters, not every update: the first figure, a level change (ok, filling up,
+// nearly full), every 10 points crossed, faults appearing.
+function announceChanges(m) {
+  const now = { bucket: m.percent === null ? null : Math.floor(m.percent / 10), level: m.level, faults: m.faults.length };
+  const was = heard;
+  heard = now;
+  if (was !== null && was.bucket === now.bucket && was.level === now.level && now.faults <= was.faults) return;
+  const parts = [];
+  if (was === null || was.bucket !== now.bucket || was.level !== now.level) parts.push(describe(m));
+  if (was !== null && now.faults > was.faults) parts.push(`${now.faults} faulted projection${now.faults > 1 ? "s" : ""}`);
+  if (parts.length) announce(`${parts.join(". ")}.`);
+}
+
 function render(update) {
-  const m = meter(update);
+  const known = update !== null;
+  const m = meter(update ?? { sessionId, seq: null });
   card.dataset.level = m.level;
   card.dataset.faulted = String(m.faults.length > 0);
   $("seq").textContent = `seq ${m.seq ?? "—"}`;
 
   setRing(ringSvg, m.percent, m.level);
   $("ring-percent").textContent = percentText(m.percent);
+  const gauge = $("meter");
+  gauge.setAttribute("aria-valuenow", m.percent === null ? "0" : String(Math.min(100, Math.round(m.percent * 10) / 10)));
+  gauge.setAttribute("aria-valuetext", describe(m));
 
   const headline = $("headline");
   headline.querySelector(".used").textContent = m.used === null ? "—" : `~${tokens(m.used)}`;
@@ -44,12 +79,11 @@ function render(update) {
   $("subline").textContent = subline;
 
   // Segments: relative proportions of the heuristic total; zero-width ones are not drawn.
-  const bar = $("bar");
-  bar.replaceChildren(
+  $("bar").replaceChildren(
     ...m.segments.map((s) =>
       el("span", {
         class: `segment seg-${s.key}`,
-        style: `flex-grow: ${s.tokens}`,
+        style: { flexGrow: String(s.tokens) },
         "data-key": s.key,
         title: `~${tokens(s.tokens)} ${s.label}`,
       }),
@@ -60,9 +94,9 @@ function render(update) {
       el(
         "li",
         { class: "row", "data-key": r.key },
-        el("span", { class: `swatch seg-${r.key}` }),
+        el("span", { class: `swatch seg-${r.key}`, "aria-hidden": "true" }),
         el("span", { class: "row-label", text: r.label }),
-        el("span", { class: "row-value", text: `~${tokens(r.tokens)}` }),
+        el("span", { class: "row-value", text: known ? `~${tokens(r.tokens)}` : "—" }),
       ),
     ),
   );
@@ -72,7 +106,7 @@ function render(update) {
         "div",
         { class: "tile", "data-key": u.key },
         el("span", { class: "tile-label", text: u.label }),
-        el("span", { class: "tile-value", text: tokens(u.tokens) }),
+        el("span", { class: "tile-value", text: known ? tokens(u.tokens) : "—" }),
       ),
     ),
   );
@@ -90,35 +124,99 @@ function render(update) {
       ),
     ),
   );
+  if (known) announceChanges(m);
+}
+
+function show(update) {
+  shownAt = eventTime(update, Date.now());
+  render(update);
+  tick();
+  if (!over) setStatus("live", "live");
 }
 
 function tick() {
-  $("updated").textContent = lastAt === null ? "waiting" : `updated ${ago(lastAt)}`;
+  $("updated").textContent = shownAt === null ? "waiting" : `updated ${ago(shownAt)}`;
 }
 setInterval(tick, 1000);
 
+function unknown() {
+  render(null);
+  setStatus("waiting", "not found");
+  $("subline").textContent = "No such session (yet): waiting for its first update…";
+  announce("This session is not known to the gateway yet; waiting for its first update.");
+}
+
+function unauthorised() {
+  over = true;
+  if (source) source.close();
+  setStatus("auth", "not authorised");
+  notice(SIGN_IN);
+}
+
+function expired() {
+  over = true;
+  source.close();
+  setStatus("expired", "expired");
+  notice("This session expired: the gateway no longer holds it. The figures shown are its last ones.");
+}
+
+// Why a request or the stream failed, and what to do next.
+async function check() {
+  let response;
+  try {
+    response = await fetch(`${PREFIX}${encodeURIComponent(sessionId)}/context`, {
+      headers: authHeaders({ Accept: "application/json" }),
+    });
+  } catch {
+    setStatus("down", "gateway unreachable");
+    return null;
+  }
+  if (response.status === 401 || response.status === 400) {
+    unauthorised();
+    return null;
+  }
+  if (response.status === 404) {
+    if (lastId === null) unknown();
+    return null;
+  }
+  if (!response.ok) {
+    setStatus("down", `gateway error ${response.status}`);
+    return null;
+  }
+  return response.json();
+}
+
 function connect() {
-  const url = new URL(`${PREFIX}${encodeURIComponent(sessionId)}/context/stream`, location.href);
-  if (lastSeq !== null) url.searchParams.set("lastEventId", String(lastSeq));
-  const source = new EventSource(url);
-  source.onopen = () => setStatus("live", "live");
+  if (over) return;
+  const url = withToken(new URL(`${PREFIX}${encodeURIComponent(sessionId)}/context/stream`, location.href));
+  if (lastId !== null) url.searchParams.set("lastEventId", lastId);
+  source = new EventSource(url);
   source.onmessage = (event) => {
-    const update = JSON.parse(event.data);
-    lastSeq = update.seq;
-    lastAt = Date.now();
-    render(update);
-    tick();
+    lastId = event.lastEventId || lastId;
+    show(JSON.parse(event.data));
   };
-  source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED) {
-      setStatus("down", "reconnecting");
-      setTimeout(connect, 2000);
-    } else {
-      setStatus("down", "reconnecting");
+  source.addEventListener("expired", expired);
+  source.addEventListener("reauthenticate", () => {
+    unauthorised();
+    notice("Your access token expired. " + SIGN_IN);
+  });
+  source.onerror = async () => {
+    if (over) return;
+    if (source.readyState !== EventSource.CLOSED) {
+      setStatus("down", "reconnecting"); // the browser retries by itself
+      return;
     }
+    setStatus("down", "reconnecting");
+    await check();
+    setTimeout(connect, 2000);
   };
 }
 
-render({ sessionId, seq: null });
-$("subline").textContent = "waiting for the first update…";
-connect();
+async function start() {
+  render(null);
+  $("subline").textContent = "waiting for the first update…";
+  const update = await check();
+  if (update !== null) show(update);
+  connect();
+}
+start();

@@ -8,6 +8,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from stream.gateway.hub import Hub
+from stream.gateway.sse import Version
+from stream.gateway.store import Stored
 from stream.output.layout import RedisLayout
 
 
@@ -22,15 +24,32 @@ def update(session_id: str, seq: int, **extra: Any) -> bytes:
     return orjson.dumps(body | extra)
 
 
+def stored(session_id: str, seq: int, gen: int = 0, n: int | None = None, **extra: Any) -> Stored:
+    return Stored((gen, seq, seq if n is None else n, 0), update(session_id, seq, **extra))
+
+
 class FakeStore:
     def __init__(self) -> None:
         self.values: dict[str, bytes] = {}
+        self.versions: dict[str, Version] = {}
         self.updated: dict[str, int] = {}
         self.down = False
+        self.reads: list[list[str]] = []  # the session ids of each current() call
 
-    def put(self, session_id: str, payload: bytes, updated_ms: int = 0) -> None:
+    def put(
+        self, session_id: str, payload: bytes, updated_ms: int = 0, version: Version | None = None
+    ) -> None:
         self.values[session_id] = payload
         self.updated[session_id] = updated_ms
+        seq = orjson.loads(payload).get("seq", 0)
+        self.versions[session_id] = version or (0, seq, seq, 0)
+
+    def put_stored(self, session_id: str, value: Stored, updated_ms: int = 0) -> None:
+        self.put(session_id, value.update, updated_ms, value.version)
+
+    def delete(self, session_id: str) -> None:
+        for table in (self.values, self.versions, self.updated):
+            table.pop(session_id, None)
 
     def _check(self) -> None:
         if self.down:
@@ -44,10 +63,22 @@ class FakeStore:
         self._check()
         return [self.values.get(i) for i in session_ids]
 
-    async def recent(self, prefix: str, limit: int) -> list[tuple[str, int, bytes]]:
+    async def current(self, session_ids: Sequence[str]) -> list[Stored | None]:
         self._check()
-        ordered = sorted(self.updated.items(), key=lambda item: item[1], reverse=True)
-        return [(i, ms, self.values[i]) for i, ms in ordered if i.startswith(prefix)][:limit]
+        self.reads.append(list(session_ids))
+        return [
+            Stored(self.versions[i], self.values[i]) if i in self.values else None
+            for i in session_ids
+        ]
+
+    async def recent(
+        self, prefixes: str | Sequence[str], limit: int, scan: int = 1000
+    ) -> list[tuple[str, int, bytes]]:
+        self._check()
+        prefixes = (prefixes,) if isinstance(prefixes, str) else tuple(prefixes)
+        ordered = sorted(self.updated.items(), key=lambda item: item[1], reverse=True)[:scan]
+        found = [(i, ms, self.values[i]) for i, ms in ordered if i.startswith(prefixes)]
+        return found[:limit] if prefixes else []
 
     async def ping(self) -> bool:
         self._check()

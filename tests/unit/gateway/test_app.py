@@ -1,8 +1,10 @@
 """The gateway's HTTP surface against an in-memory store and a hub fed by hand."""
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -11,48 +13,74 @@ from aiohttp import ClientPayloadError, ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
 from stream.config import Settings
-from stream.gateway.app import Options, build_app
+from stream.gateway.app import Options, _Writer, build_app
+from stream.gateway.auth import FileKeys, Verifier
 from stream.gateway.hub import Hub
-from tests.unit.gateway.fakes import FakeStore, hub, update
+from tests.unit.gateway.fakes import FakeStore, hub, stored, update
+from tests.unit.gateway.tokens import Signer, jwks
 
 Scenario = Callable[[TestClient[Any, Any], FakeStore, Hub], Awaitable[None]]
 
 
-def run(scenario: Scenario, **options: Any) -> None:
+def run(scenario: Scenario, verifier: Verifier | None = None, **options: Any) -> None:
     async def go() -> None:
         store = FakeStore()
         fan = hub(store)
         settings = Settings(redis_key_prefix="t:")
-        app = build_app(settings, Options(**options), store=store, hub=fan)
+        config = Options(auth="jwt" if verifier else "none", **options)
+        app = build_app(settings, config, store=store, hub=fan, verifier=verifier)
         async with TestClient(TestServer(app, handler_cancellation=True)) as client:
             await scenario(client, store, fan)
 
     asyncio.run(go())
 
 
+def seqs(events: list[tuple[str, bytes]]) -> list[int]:
+    """The seqs of update events (ids ``gen-seq-n-v``)."""
+    return [int(i.split("-")[1]) for i, _ in events]
+
+
 @dataclass
 class Stream:
-    """Reads an SSE response: events as (id, data) and comment lines."""
+    """Reads an SSE response: update events as (id, data), named events as (name, data),
+    comment lines, and whether the server ended it."""
 
     response: ClientResponse
-    events: list[tuple[int, bytes]] = field(default_factory=list)
+    events: list[tuple[str, bytes]] = field(default_factory=list)
+    named: list[tuple[str, bytes]] = field(default_factory=list)
+    retries: list[int] = field(default_factory=list)
     comments: list[bytes] = field(default_factory=list)
+    ended: bool = False
 
-    async def read(self, count: int, timeout: float = 5) -> list[tuple[int, bytes]]:
+    async def read(self, count: int, timeout: float = 5) -> list[tuple[str, bytes]]:
         async with asyncio.timeout(timeout):
-            event_id, data = None, b""
-            while len(self.events) < count:
-                line = (await self.response.content.readline()).rstrip(b"\n")
+            event_id, name, data = None, None, b""
+            while len(self.events) < count and not self.ended:
+                raw = await self.response.content.readline()
+                if not raw:
+                    self.ended = True
+                    break
+                line = raw.rstrip(b"\n")
                 if line.startswith(b":"):
                     self.comments.append(line)
                 elif line.startswith(b"id: "):
-                    event_id = int(line[4:])
+                    event_id = line[4:].decode()
+                elif line.startswith(b"event: "):
+                    name = line[7:].decode()
+                elif line.startswith(b"retry: "):
+                    self.retries.append(int(line[7:]))
                 elif line.startswith(b"data: "):
                     data = line[6:]
+                elif line == b"" and name is not None:
+                    self.named.append((name, data))
+                    event_id, name, data = None, None, b""
                 elif line == b"" and event_id is not None:
                     self.events.append((event_id, data))
-                    event_id, data = None, b""
+                    event_id, name, data = None, None, b""
         return self.events
+
+    async def to_end(self, timeout: float = 5) -> None:
+        await self.read(10**9, timeout)
 
     async def quiet(self, seconds: float) -> None:
         """Asserts no event arrives for a while."""
@@ -93,11 +121,11 @@ def test_stream_sends_the_latest_at_once_then_every_update_in_order() -> None:
         assert response.status == 200
         assert response.headers["Content-Type"] == "text/event-stream"
         stream = Stream(response)
-        assert await stream.read(1) == [(3, update("s", 3))]
+        assert await stream.read(1) == [("0-3-3-0", update("s", 3))]
         await _until(lambda: fan.client_count == 1)
-        for seq in (3, 4, 4, 2, 5, 6):  # repeats and older seqs are skipped
-            fan.dispatch("s", update("s", seq))
-        assert [i for i, _ in await stream.read(4)] == [3, 4, 5, 6]
+        for seq in (3, 4, 4, 2, 5, 6):  # repeats and older versions are skipped
+            fan.dispatch("s", stored("s", seq))
+        assert seqs(await stream.read(4)) == [3, 4, 5, 6]
         await stream.quiet(0.2)
         response.close()
         await _until(lambda: fan.client_count == 0)
@@ -110,16 +138,23 @@ def test_last_event_id_resumes_without_repeats() -> None:
         store.put("s", update("s", 7))
         # Already has 7: nothing at once, then only newer updates.
         resumed = Stream(
-            await client.get("/sessions/s/context/stream", headers={"Last-Event-ID": "7"})
+            await client.get("/sessions/s/context/stream", headers={"Last-Event-ID": "0-7-7-0"})
         )
         await _until(lambda: fan.client_count == 1)
         await resumed.quiet(0.2)
-        fan.dispatch("s", update("s", 7))
-        fan.dispatch("s", update("s", 8))
-        assert [i for i, _ in await resumed.read(1)] == [8]
+        fan.dispatch("s", stored("s", 7))
+        store.put("s", update("s", 8))
+        fan.dispatch("s", stored("s", 8))
+        assert seqs(await resumed.read(1)) == [8]
         # Behind: the current value at once (it supersedes what was missed).
-        behind = Stream(await client.get("/sessions/s/context/stream?lastEventId=5"))
-        assert [i for i, _ in await behind.read(1)] == [7]
+        behind = Stream(await client.get("/sessions/s/context/stream?lastEventId=0-5-5-0"))
+        assert seqs(await behind.read(1)) == [8]
+        # An id of an older gateway (a plain seq) resumes too.
+        plain = Stream(
+            await client.get("/sessions/s/context/stream", headers={"Last-Event-ID": "8"})
+        )
+        await _until(lambda: fan.client_count == 3)
+        await plain.quiet(0.2)
 
     run(scenario)
 
@@ -130,8 +165,8 @@ def test_an_unknown_session_streams_once_it_appears_and_heartbeats_meanwhile() -
         await _until(lambda: fan.client_count == 1)
         await stream.quiet(0.3)
         assert b": heartbeat" in stream.comments
-        fan.dispatch("new", update("new", 0))
-        assert [i for i, _ in await stream.read(1)] == [0]
+        fan.dispatch("new", stored("new", 0))
+        assert seqs(await stream.read(1)) == [0]
 
     run(scenario, heartbeat=0.1)
 
@@ -180,7 +215,11 @@ def test_sessions_lists_recent_sessions_with_prefix_and_limit() -> None:
             "contextWindow": 1000,
             "faults": 0,
             "updatedAt": 1000,
+            "time": None,
         }
+        store.put("c-3", update("c-3", 1, time=1234), 4000)
+        body = await (await client.get("/sessions?limit=1")).json()
+        assert body["sessions"][0]["time"] == 1234  # the session's latest event time
         body = await (await client.get("/sessions?prefix=a-&limit=1")).json()
         assert [s["sessionId"] for s in body["sessions"]] == ["a-2"]
         assert (await client.get("/sessions?limit=x")).status == 400
@@ -257,3 +296,259 @@ def test_session_ids_are_taken_from_the_path_decoded() -> None:
         assert response.status == 200
 
     run(scenario)
+
+
+# -- resumable across generations, expiry ----------------------------------------------
+def test_a_rebuilt_generation_is_newer_although_its_seq_is_lower() -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put_stored("s", stored("s", 3044, gen=1))
+        live = Stream(await client.get("/sessions/s/context/stream"))
+        assert [i for i, _ in await live.read(1)] == ["1-3044-3044-0"]
+        await _until(lambda: fan.client_count == 1)
+        store.put_stored("s", stored("s", 5, gen=2))
+        fan.dispatch("s", stored("s", 5, gen=2))  # the rebuilt view: taken at once
+        fan.dispatch("s", stored("s", 3050, gen=1))  # a late write of the old generation
+        fan.dispatch("s", stored("s", 6, gen=2))
+        assert [i for i, _ in await live.read(3)] == [
+            "1-3044-3044-0",
+            "2-5-5-0",
+            "2-6-6-0",
+        ]
+        # Resuming from the old generation, by full id or by the plain seq of an older
+        # gateway: the current value at once, although its seq is lower.
+        store.put_stored("s", stored("s", 6, gen=2))
+        for resume in ("1-3044-3044-0", "3044"):
+            back = Stream(
+                await client.get("/sessions/s/context/stream", headers={"Last-Event-ID": resume})
+            )
+            assert [i for i, _ in await back.read(1)] == ["2-6-6-0"], resume
+            back.response.close()
+
+    run(scenario)
+
+
+def test_an_expired_session_ends_its_streams_for_good() -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put("gone", update("gone", 2))
+        stream = Stream(await client.get("/sessions/gone/context/stream"))
+        await stream.read(1)
+        await _until(lambda: fan.client_count == 1)
+        store.delete("gone")
+        message = orjson.dumps({"sessionId": "gone", "expired": True})
+        await fan.handle([("gone", message)])
+        await stream.to_end()
+        assert stream.ended and stream.named == [("expired", message)]
+        # The last retry is long: a client that ignores the event does not loop.
+        assert stream.retries[-1] == 3_600_000
+        assert fan.client_count == 0
+        assert (await client.get("/sessions/gone/context")).status == 404
+
+    run(scenario)
+
+
+# -- authentication --------------------------------------------------------------------
+@pytest.fixture
+def signer() -> Signer:
+    return Signer("ES256")
+
+
+@pytest.fixture
+def verifier(tmp_path: Path, signer: Signer) -> Verifier:
+    path = tmp_path / "jwks.json"
+    path.write_bytes(jwks(signer))
+    return Verifier(Options(auth="jwt", jwt_leeway=0), FileKeys(str(path)))
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_the_data_routes_need_a_token_and_say_so(verifier: Verifier, signer: Signer) -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put("s", update("s", 1), 10)
+        for path in ("/sessions/s/context", "/sessions/s/context/stream", "/sessions"):
+            missing = await client.get(path)
+            assert missing.status == 401, path
+            assert missing.headers["WWW-Authenticate"] == 'Bearer realm="context-stream"'
+            bad = await client.get(path, headers=_bearer("x.y.z"))
+            assert bad.status == 401
+            assert 'error="invalid_token"' in bad.headers["WWW-Authenticate"]
+            basic = await client.get(path, headers={"Authorization": "Basic dTpw"})
+            assert basic.status == 400
+            assert 'error="invalid_request"' in basic.headers["WWW-Authenticate"]
+        ok = await client.get("/sessions/s/context", headers=_bearer(signer.token([""])))
+        assert ok.status == 200 and await ok.read() == update("s", 1)
+        # Open without a token: the probe and the page (its requests carry the token).
+        for path in ("/healthz", "/", "/sessions/s", "/static/session.js"):
+            assert (await client.get(path)).status == 200, path
+
+    run(scenario, verifier=verifier)
+
+
+def test_the_stream_takes_the_token_as_access_token_and_only_the_stream(
+    verifier: Verifier, signer: Signer
+) -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put("s", update("s", 1))
+        token = signer.token([""])
+        stream = await client.get(f"/sessions/s/context/stream?access_token={token}")
+        assert stream.status == 200
+        assert seqs(await Stream(stream).read(1)) == [1]
+        stream.close()
+        assert (await client.get(f"/sessions/s/context?access_token={token}")).status == 401
+        both = await client.get(
+            f"/sessions/s/context/stream?access_token={token}", headers=_bearer(token)
+        )
+        assert both.status == 400
+
+    run(scenario, verifier=verifier)
+
+
+def test_a_token_reads_only_the_sessions_it_grants(verifier: Verifier, signer: Signer) -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        for i, session_id in enumerate(("team-a/1", "team-a/2", "team-b/1", "team-ab")):
+            store.put(session_id, update(session_id, 1), 100 + i)
+        token = _bearer(signer.token(["team-a/"]))
+        assert (await client.get("/sessions/team-a%2F1/context", headers=token)).status == 200
+        # Outside the grant: exactly the answer for an unknown session.
+        outside = await client.get("/sessions/team-b%2F1/context", headers=token)
+        unknown = await client.get("/sessions/team-a%2F9/context", headers=token)
+        assert outside.status == unknown.status == 404
+        assert (await outside.json())["error"] == (await unknown.json())["error"]
+        stream = await client.get("/sessions/team-b%2F1/context/stream", headers=token)
+        assert stream.status == 404 and fan.client_count == 0
+        listed = await (await client.get("/sessions", headers=token)).json()
+        assert [s["sessionId"] for s in listed["sessions"]] == ["team-a/2", "team-a/1"]
+        asked = await (await client.get("/sessions?prefix=team", headers=token)).json()
+        assert [s["sessionId"] for s in asked["sessions"]] == ["team-a/2", "team-a/1"]
+        none = await (await client.get("/sessions?prefix=team-b", headers=token)).json()
+        assert none["sessions"] == []
+        everything = _bearer(signer.token([""]))
+        listed = await (await client.get("/sessions", headers=everything)).json()
+        assert len(listed["sessions"]) == 4
+        nothing = _bearer(signer.token(None))  # no claim: nothing
+        assert (await (await client.get("/sessions", headers=nothing)).json())["sessions"] == []
+
+    run(scenario, verifier=verifier)
+
+
+def test_a_stream_ends_when_its_token_does(verifier: Verifier, signer: Signer) -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put("s", update("s", 1))
+        started = time.monotonic()
+        short = signer.token([""], expires_in=2)  # whole seconds: ends within 1-2 s
+        stream = Stream(await client.get("/sessions/s/context/stream", headers=_bearer(short)))
+        await stream.to_end(timeout=5)
+        assert stream.named == [("reauthenticate", b'{"reason":"the token expired"}')]
+        assert 0.5 < time.monotonic() - started < 3.5
+        assert seqs(stream.events) == [1] and len(stream.comments) >= 1  # heartbeats meanwhile
+
+    run(scenario, verifier=verifier, heartbeat=0.3)
+
+
+def test_streams_are_limited_per_subject_and_per_address(
+    verifier: Verifier, signer: Signer
+) -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        path = "/sessions/s/context/stream"
+        alice = _bearer(signer.token([""], sub="alice"))
+        first = [await client.get(path, headers=alice) for _ in range(2)]
+        assert [r.status for r in first] == [200, 200]
+        refused = await client.get(path, headers=alice)
+        assert refused.status == 429 and "per token subject" in (await refused.json())["error"]
+        bob = await client.get(path, headers=_bearer(signer.token([""], sub="bob")))
+        assert bob.status == 200
+        carol = await client.get(path, headers=_bearer(signer.token([""], sub="carol")))
+        assert carol.status == 429 and "per client address" in (await carol.json())["error"]
+        first[0].close()
+        await _until(lambda: fan.client_count == 2)
+        again = await client.get(path, headers=alice)
+        assert again.status == 200  # a closed stream frees its place
+
+    run(scenario, verifier=verifier, max_streams_per_subject=2, max_streams_per_address=3)
+
+
+def test_a_stream_whose_client_reads_nothing_is_closed() -> None:
+    class Stuck:
+        async def write(self, data: bytes) -> None:
+            await asyncio.sleep(3600)  # the socket's buffers are full: a write never ends
+
+    class Transport:
+        aborted = False
+
+        def abort(self) -> None:
+            self.aborted = True
+
+    class Request:
+        transport = Transport()
+
+    async def go() -> None:
+        request = Request()
+        writer = _Writer(request, Stuck(), idle=0.1)  # type: ignore[arg-type]
+        with pytest.raises(ConnectionAbortedError):
+            await writer(b"data: x\n\n")
+        assert writer.stalled and request.transport.aborted
+
+    asyncio.run(go())
+
+
+# -- requests: hosts, sizes, routes, headers --------------------------------------------
+def test_only_allowed_host_names_are_served() -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put("s", update("s", 1))
+        for host in ("localhost:8080", "127.0.0.1", "[::1]:80", "ctx.example.com", "a.internal"):
+            response = await client.get("/sessions/s/context", headers={"Host": host})
+            assert response.status == 200, host
+        # DNS rebinding: the attacker's name resolving to the loopback gateway.
+        for host in ("evil.example", "localhost.evil.example", "xinternal", "", "[::2]"):
+            response = await client.get("/sessions/s/context", headers={"Host": host})
+            assert response.status == 421, host
+        rebound = await client.get("/", headers={"Host": "evil.example"})
+        assert rebound.status == 421
+        probe = await client.get("/healthz", headers={"Host": "10.1.2.3:8080"})
+        assert probe.status == 200  # kubelet probes by pod IP
+
+    hosts = ("localhost", "127.0.0.1", "[::1]", "ctx.example.com", ".internal.lan", ".internal")
+    run(scenario, allowed_hosts=hosts)
+
+
+def test_long_query_strings_unknown_routes_and_the_headers_of_every_answer() -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        assert (await client.get("/sessions?prefix=" + "x" * 300)).status == 414
+        assert (await client.get("/sessions?prefix=" + "x" * 200)).status == 200
+        for path in ("/nope", "/sessions/s/context/nope", "/static/nope.js"):
+            assert (await client.get(path)).status == 404, path
+        for path in ("/", "/sessions", "/nope", "/static/meter.js", "/healthz"):
+            response = await client.get(path)
+            assert response.headers["Server"] == "context-stream", path
+            csp = response.headers["Content-Security-Policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+            assert "unsafe-inline" not in csp
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+            assert response.headers["Referrer-Policy"] == "no-referrer"
+
+    run(scenario, max_query_bytes=256)
+
+
+def test_wildcard_cors_never_allows_credentials(verifier: Verifier, signer: Signer) -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put("s", update("s", 1))
+        origin = {"Origin": "https://ui.example"}
+        response = await client.get(
+            "/sessions/s/context", headers=origin | _bearer(signer.token([""]))
+        )
+        assert response.headers["Access-Control-Allow-Origin"] == "*"
+        assert "Access-Control-Allow-Credentials" not in response.headers
+        preflight = await client.options(
+            "/sessions/s/context",
+            headers=origin
+            | {
+                "Access-Control-Request-Method": "GET",
+                "Access-Control-Request-Headers": "authorization",
+            },
+        )
+        assert preflight.status == 204  # no token needed for a preflight
+        assert preflight.headers["Access-Control-Allow-Headers"] == "authorization"
+        assert "Access-Control-Allow-Credentials" not in preflight.headers
+
+    run(scenario, verifier=verifier, cors_origins=("*",))

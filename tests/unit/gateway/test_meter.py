@@ -131,4 +131,6 @@ def test_summary_row() -> None:
         "contextWindow": 131072,
         "faults": 1,
         "updatedAt": 1_700_000_000_000,
+        "time": None,
     }
+    assert summary({**EXAMPLE, "time": 1_699_999_999_000}, 1)["time"] == 1_699_999_999_000

@@ -218,3 +218,16 @@ def test_the_deadline_index_gives_due_sessions_oldest_first_and_skips_stale_entr
         index.set(0, b"s0", 1000 + n)
     assert len(index._heaps[0]) <= 2 * index.sessions(0) + 1024
     assert index.due(0, 10**9, 3) == [b"s5", b"s4", b"s3"]
+
+
+def test_a_redelivered_event_does_not_make_its_session_look_active() -> None:
+    store = Store()
+    store.send("a", user(0, T0))
+    first = Message(b"a", orjson.dumps(user(0, T0)), "events", 0, 0)
+    store.send("b", user(0, T0 + 1))
+    store.send("c", user(0, T0 + 2 * TTL))
+    store.send("d", user(0, T0 + 2 * TTL))
+    touched = codec.decode(store.rows[b"a"]).touched
+    store.fold([first])  # after a crash: at the stream time it had then, in the row already
+    assert codec.decode(store.rows[b"a"]).touched == touched
+    assert [e.session_id for e in store.sweep().expired] == ["a", "b"]

@@ -1,0 +1,188 @@
+"""Running the gateway: the command line of ``stream serve`` (also ``python -m
+stream.gateway``), the checks before listening, the aiohttp server's limits.
+
+Before it listens the gateway refuses (exit status 2, the reason on stderr) a
+configuration that would serve every session to whoever reaches it: no keys and a
+non-loopback bind address, unless ``STREAM_GATEWAY_AUTH=none`` says so on purpose. Keys
+that cannot be read stop it the same way.
+
+Logs never hold a token: the access log writes the path without its query string
+(``?access_token=`` is how EventSource sends one), refused tokens are logged by reason.
+"""
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import aiohttp.web_response
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
+
+from stream.config import ConfigError, Settings
+from stream.gateway.app import SERVER, build_app, verifier_of
+from stream.gateway.config import GatewayConfig, bind_refusal, is_loopback
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--port", type=int, help="listen port (default STREAM_GATEWAY_PORT, else 8080)"
+    )
+    parser.add_argument(
+        "--bind", help="listen address (default STREAM_GATEWAY_BIND, else 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="seconds between SSE heartbeats on a quiet stream (default 15)",
+    )
+    parser.add_argument(
+        "--queue-size",
+        type=int,
+        default=256,
+        metavar="N",
+        help="updates a client may lag behind before it is dropped (default 256)",
+    )
+
+
+class PathAccessLogger(AbstractAccessLogger):
+    """One line per request with the path only: a query string may hold a token."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.info(
+            '%s "%s %s" %s %s %.3fs',
+            request.remote,
+            request.method,
+            request.path,
+            response.status,
+            response.body_length,
+            time,
+        )
+
+
+class _NoRequestText(logging.Filter):
+    """aiohttp logs a request it cannot parse with the parser's error, which may quote the
+    request line (a token in its query string): keep the line, drop the quote."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            record.msg = f"{record.getMessage()}: {type(error).__name__} (status {error.code})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def listening_line(settings: Settings, host: str, port: int, auth: str | None = None) -> str:
+    """What the gateway prints once listening (``make demo`` reads the URL from it).
+
+    Redis shows as ``REDIS_URL`` with any password replaced by ``***``: the line lands in
+    terminals and log files."""
+    shown = f"[{host}]" if ":" in host else host
+    return (
+        f"stream serve: http://{shown}:{port}/ (Redis {settings.redis_url_redacted},"
+        f" prefix {settings.redis_key_prefix!r}{'' if auth is None else f', auth {auth}'})"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = Settings.from_env()
+        bind = args.bind or settings.gateway_bind
+        config = GatewayConfig.from_settings(
+            settings, bind=bind, heartbeat=args.heartbeat, queue_size=args.queue_size
+        )
+    except ConfigError as error:
+        print(f"stream: configuration error: {error}", file=sys.stderr)
+        return 2
+    if args.heartbeat <= 0 or args.queue_size < 1:
+        print("stream serve: --heartbeat must be > 0 and --queue-size >= 1", file=sys.stderr)
+        return 2
+    from redis.asyncio.connection import parse_url
+
+    try:
+        parse_url(settings.redis_url)
+    except ValueError as error:
+        print(f"stream: configuration error: REDIS_URL: {error}", file=sys.stderr)
+        return 2
+    port = settings.gateway_port if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        print(f"stream serve: port {port} is out of range (0-65535)", file=sys.stderr)
+        return 2
+    refusal = bind_refusal(config, bind)
+    if refusal is not None:
+        print(f"stream serve: {refusal}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Off unless asked for (one line per SSE client when it ends); paths only, never queries.
+    access = os.environ.get("STREAM_GATEWAY_ACCESS_LOG", "") in ("1", "true", "yes")
+    logging.getLogger("aiohttp.access").setLevel(logging.INFO if access else logging.WARNING)
+    logging.getLogger("aiohttp.server").addFilter(_NoRequestText())
+    try:
+        verifier = verifier_of(config)
+    except ValueError as error:
+        print(f"stream: configuration error: STREAM_GATEWAY_JWT_KEYS: {error}", file=sys.stderr)
+        return 2
+    if not config.auth_on and not is_loopback(bind):
+        logging.getLogger(__name__).warning(
+            "gateway: STREAM_GATEWAY_AUTH=none on %s: every session is readable by anyone"
+            " who reaches it",
+            bind,
+        )
+    try:
+        asyncio.run(_serve(settings, config, bind, port, verifier))
+    except OSError as error:
+        print(f"stream serve: cannot listen on {bind}:{port}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(
+    settings: Settings, config: GatewayConfig, bind: str, port: int, verifier: Any
+) -> None:
+    # aiohttp's own answers to requests it cannot parse (400, 431) are made without the
+    # application's signals; without this they would name its version in Server.
+    aiohttp.web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]
+    app = build_app(settings, config, verifier=verifier)
+    # handler_cancellation: a client that disconnects ends its SSE handler (and frees its
+    # subscription) at once instead of at its next write.
+    runner = web.AppRunner(
+        app,
+        shutdown_timeout=5,
+        handler_cancellation=True,
+        access_log_class=PathAccessLogger,
+        max_line_size=config.max_line_bytes,
+        max_field_size=config.max_field_bytes,
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, bind, port, backlog=1024)  # bursts of reconnecting clients
+        await site.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        host, actual = runner.addresses[0][:2]
+        auth = "jwt" if config.auth_on else "none"
+        print(listening_line(settings, host, actual, auth), file=sys.stderr, flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m stream.gateway",
+        description="serve the latest updates over HTTP + SSE, and the context meter page",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,385 @@
+"""The gateway with authentication on, as a real process against a real redis-server:
+tokens signed by keys made here, grants by prefix, streams ended by a token's expiry or a
+session's, resumes across a generation bump, the limits, the Host check, key rotation,
+and the refusal to serve a non-loopback address without keys.
+
+Sessions are written the way the worker writes them (its Lua script: hash, recent set,
+channel, guarded by the version), so no worker is needed and every test is quick.
+"""
+
+import asyncio
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from stream.publish.redis_sink import SESSION_WRITE
+from tests.integration.gateway_harness import SERVE, Gateway
+from tests.integration.harness import Deployment, free_port, wait_until
+from tests.integration.test_gateway import SseClient, _session
+from tests.unit.gateway.tokens import Signer, claims, hmac_signed, jwks, tampered, unsigned
+
+pytestmark = pytest.mark.integration
+
+AUDIENCE, ISSUER = "context-stream-test", "https://idp.test"
+
+
+class Sessions:
+    """Writes sessions as the worker does (SESSION_WRITE), and expires them as it will."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.client = deployment.redis()
+        self.prefix = deployment.prefix
+        self.script = self.client.register_script(SESSION_WRITE)
+
+    def write(self, session_id: str, seq: int, gen: int = 0, n: int | None = None) -> bytes:
+        n = seq if n is None else n
+        payload = orjson.dumps(
+            {
+                "sessionId": session_id,
+                "seq": seq,
+                "time": int(time.time() * 1000) - 5000,
+                "contextPressure": {"contextWindow": 1000, "projectedTokens": seq % 1000},
+            }
+        )
+        key = f"{self.prefix}session:{session_id}"
+        args = [gen, seq, n, payload, 0, int(time.time() * 1000), session_id, f"{n} 0 0", 0]
+        keys = [key, f"{self.prefix}tallies", f"{self.prefix}stats", f"{self.prefix}recent"]
+        assert self.script(keys=keys, args=args) == 1, "the guard refused the write"
+        return payload
+
+    def expire(self, session_id: str) -> bytes:
+        key = f"{self.prefix}session:{session_id}"
+        self.client.delete(key)
+        self.client.zrem(f"{self.prefix}recent", session_id)
+        message = orjson.dumps({"sessionId": session_id, "expired": True})
+        self.client.publish(key, message)
+        return message
+
+
+@pytest.fixture(scope="module")
+def deployment_(
+    kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    created = Deployment(kafka_bootstrap, redis_url, tmp_path_factory.mktemp("gateway_auth"))
+    yield created
+    created.stop_all()
+
+
+@pytest.fixture(scope="module")
+def signer() -> Signer:
+    return Signer("RS256", kid="main")
+
+
+@pytest.fixture(scope="module")
+def secured(deployment_: Deployment, signer: Signer) -> Iterator[Gateway]:
+    keys = deployment_.workdir / "jwks.json"
+    keys.write_bytes(jwks(signer))
+    started = Gateway.start(
+        deployment_,
+        "--heartbeat",
+        "0.5",
+        STREAM_GATEWAY_JWT_KEYS=str(keys),
+        STREAM_GATEWAY_JWT_AUDIENCE=AUDIENCE,
+        STREAM_GATEWAY_JWT_ISSUER=ISSUER,
+        STREAM_GATEWAY_JWT_LEEWAY="1",
+        STREAM_GATEWAY_MAX_STREAMS_PER_SUBJECT="2",
+        STREAM_GATEWAY_MAX_STREAMS_PER_ADDRESS="4",
+        STREAM_GATEWAY_ACCESS_LOG="1",
+    )
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def sessions(deployment_: Deployment) -> Sessions:
+    return Sessions(deployment_)
+
+
+def _token(signer: Signer, prefixes: list[str], **options: Any) -> str:
+    return signer.token(prefixes, aud=AUDIENCE, iss=ISSUER, **options)
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _quote(session_id: str) -> str:
+    return urllib.parse.quote(session_id, safe="")
+
+
+def _streams(gateway: Gateway, *clients: SseClient, until: Any, timeout: float = 15) -> None:
+    """Runs SSE clients until ``until(clients)`` holds (or they all end)."""
+
+    async def go() -> None:
+        async with _session() as http:
+            tasks = [asyncio.create_task(c.run(http)) for c in clients]
+            try:
+                async with asyncio.timeout(timeout):
+                    while not until(clients):
+                        await asyncio.sleep(0.05)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(go())
+
+
+def _no_streams(gateway: Gateway) -> None:
+    wait_until(lambda: gateway.health()["clients"] == 0, 10, "the gateway's streams to close")
+
+
+# -- tests --------------------------------------------------------------------------------
+def test_only_valid_tokens_read(secured: Gateway, signer: Signer, sessions: Sessions) -> None:
+    payload = sessions.write("auth-1", 3)
+    path = "/sessions/auth-1/context"
+    good = _token(signer, [""])
+    status, _, body = secured.request(path, _bearer(good))
+    assert (status, body) == (200, payload)
+
+    status, headers, _ = secured.request(path)
+    assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="context-stream"'
+    forged = {
+        "expired": _token(signer, [""], expires_in=-120),
+        "foreign key": _token(Signer(kid="main"), [""]),
+        "wrong audience": signer.token([""], aud="someone-else", iss=ISSUER),
+        "wrong issuer": signer.token([""], aud=AUDIENCE, iss="https://idp.evil"),
+        "alg none": unsigned(claims([""], aud=AUDIENCE, iss=ISSUER)),
+        "hmac with the public key": hmac_signed(
+            signer.pem(), claims([""], aud=AUDIENCE, iss=ISSUER), kid="main"
+        ),
+        "tampered": tampered(_token(signer, ["nothing-"]), sessions=[""]),
+        "no exp": _token(signer, [""], expires_in=None),
+    }
+    logged = ("expired", "foreign key", "wrong audience", "wrong issuer", "alg none")
+    for what, token in forged.items():
+        status, headers, _ = secured.request(path, _bearer(token))
+        assert status == 401, what
+        assert 'error="invalid_token"' in headers["WWW-Authenticate"], what
+        if what in logged:
+            time.sleep(1.05)  # the refusal log writes at most a line a second
+    log = secured.log()
+    for reason in ("token expired", "signature", "wrong audience", "wrong issuer", "'none'"):
+        assert reason in log, reason
+    for token in (good, *forged.values()):
+        assert token not in log and token.split(".")[1] not in log  # never the token
+
+
+def test_a_token_reads_only_its_prefixes(
+    secured: Gateway, signer: Signer, sessions: Sessions
+) -> None:
+    for session_id in ("team-a/1", "team-a/2", "team-b/1"):
+        sessions.write(session_id, 1)
+    token = _bearer(_token(signer, ["team-a/"]))
+    assert secured.request(f"/sessions/{_quote('team-a/1')}/context", token)[0] == 200
+    assert secured.request(f"/sessions/{_quote('team-b/1')}/context", token)[0] == 404
+    assert secured.request(f"/sessions/{_quote('team-b/1')}/context/stream", token)[0] == 404
+    status, _, body = secured.request("/sessions?prefix=team-", token)
+    listed = [row["sessionId"] for row in orjson.loads(body)["sessions"]]
+    assert status == 200 and listed == ["team-a/2", "team-a/1"]
+    everything = _bearer(_token(signer, [""]))
+    listed = [
+        row["sessionId"]
+        for row in orjson.loads(secured.request("/sessions?prefix=team-", everything)[2])[
+            "sessions"
+        ]
+    ]
+    assert listed == ["team-b/1", "team-a/2", "team-a/1"]
+
+
+def test_access_token_in_the_query_and_a_stream_that_ends_with_its_token(
+    secured: Gateway, signer: Signer, sessions: Sessions
+) -> None:
+    sessions.write("short-lived", 1)
+    token = _token(signer, ["short-lived"], sub="brief", expires_in=2)
+    url = f"{secured.url}/sessions/short-lived/context/stream?access_token={token}"
+    client = SseClient(url)
+    started = time.monotonic()
+    _streams(secured, client, until=lambda cs: cs[0].ended, timeout=15)
+    lasted = time.monotonic() - started
+    assert client.status == 200 and client.seqs() == [1]
+    assert client.named == [("reauthenticate", b'{"reason":"the token expired"}')]
+    assert 1.0 < lasted < 6.0, lasted  # exp (whole seconds, 1-2 s away) plus the 1 s leeway
+    # The same URL again: the token is refused now, which ends an EventSource for good.
+    assert secured.request(f"/sessions/short-lived/context/stream?access_token={token}")[0] == 401
+    # Only the stream takes a query token.
+    fresh = _token(signer, [""])
+    assert secured.request(f"/sessions/short-lived/context?access_token={fresh}")[0] == 401
+    # The access log has the path, never the query string.
+    wait_until(lambda: "/context/stream" in secured.log(), 10, "the access log line")
+    assert token not in secured.log() and "access_token" not in secured.log()
+    _no_streams(secured)
+
+
+def test_streams_beyond_the_limits_get_429(
+    secured: Gateway, signer: Signer, sessions: Sessions
+) -> None:
+    sessions.write("limited", 1)
+    url = f"{secured.url}/sessions/limited/context/stream"
+    alice = [SseClient(url, token=_token(signer, [""], sub="alice")) for _ in range(3)]
+    others = [SseClient(url, token=_token(signer, [""], sub=f"u{i}")) for i in range(3)]
+
+    def settled(clients: list[SseClient]) -> bool:
+        return all(c.status for c in clients)
+
+    _streams(secured, *alice, *others, until=settled)
+    statuses = sorted(c.status for c in (*alice, *others))
+    # Per subject 2 (alice's third refused), per address 4 (all come from 127.0.0.1).
+    assert sorted(c.status for c in alice) == [200, 200, 429]
+    assert statuses == [200, 200, 200, 200, 429, 429]
+    assert secured.health()["refused"] >= 2
+    _no_streams(secured)
+
+
+def test_a_host_name_not_allowed_is_refused(secured: Gateway, signer: Signer) -> None:
+    token = _bearer(_token(signer, [""]))
+    status, _, _ = secured.request("/sessions", token | {"Host": "rebound.attacker.example"})
+    assert status == 421
+    assert secured.request("/", {"Host": "rebound.attacker.example"})[0] == 421
+    assert secured.request("/sessions", token | {"Host": "localhost"})[0] == 200
+    assert secured.request("/healthz", {"Host": "10.9.8.7:8080"})[0] == 200  # probes
+
+
+def test_an_expired_session_ends_its_streams_and_is_gone(
+    secured: Gateway, signer: Signer, sessions: Sessions
+) -> None:
+    sessions.write("expiring", 4)
+    token = _token(signer, ["expiring"])
+    client = SseClient(f"{secured.url}/sessions/expiring/context/stream", token=token)
+
+    async def go() -> None:
+        async with _session() as http:
+            task = asyncio.create_task(client.run(http))
+            await client.wait(lambda c: c.events)
+            message = await asyncio.to_thread(sessions.expire, "expiring")
+            await client.wait(lambda c: c.ended, timeout=10)
+            task.cancel()
+            assert client.named == [("expired", message)]
+
+    asyncio.run(go())
+    assert client.seqs() == [4]
+    assert secured.request("/sessions/expiring/context", _bearer(token))[0] == 404
+    _no_streams(secured)
+
+
+def test_resuming_across_a_generation_bump(
+    secured: Gateway, signer: Signer, sessions: Sessions
+) -> None:
+    sessions.write("rebuilt", 3044, gen=1)
+    token = _token(signer, ["rebuilt"])
+    url = f"{secured.url}/sessions/rebuilt/context/stream"
+    live = SseClient(url, token=token)
+
+    async def go() -> None:
+        async with _session() as http:
+            task = asyncio.create_task(live.run(http))
+            await live.wait(lambda c: c.events)
+            # A rebuild: generation 2 starts over at a low seq, and is newer.
+            await asyncio.to_thread(sessions.write, "rebuilt", 5, 2)
+            await live.wait(lambda c: len(c.events) == 2, timeout=10)
+            task.cancel()
+
+    asyncio.run(go())
+    assert live.ids == ["1-3044-3044-0", "2-5-5-0"]
+    # Away across the bump, back with the old generation's id (full, or a plain seq of an
+    # older gateway): the current value at once.
+    sessions.write("rebuilt", 6, gen=2)
+    for resume in ("1-3044-3044-0", "3044"):
+        back = SseClient(url, last_event_id=resume, token=token)
+        _streams(secured, back, until=lambda cs: cs[0].events)
+        assert back.ids == ["2-6-6-0"], resume
+    # Resuming at the current version: nothing at once.
+    current = SseClient(url, last_event_id="2-6-6-0", token=token)
+    _streams(secured, current, until=lambda cs: cs[0].comments >= 2)
+    assert current.events == []
+    _no_streams(secured)
+
+
+def test_rewriting_the_key_file_rotates_keys_without_a_restart(deployment_: Deployment) -> None:
+    old, new = Signer("ES256", kid="2025"), Signer("EdDSA", kid="2026")
+    keys = deployment_.workdir / "rotating.json"
+    keys.write_bytes(jwks(old))
+    gateway = Gateway.start(deployment_, STREAM_GATEWAY_JWT_KEYS=str(keys))
+    try:
+        Sessions(deployment_).write("rotation", 1)
+        path = "/sessions/rotation/context"
+        assert gateway.request(path, _bearer(old.token([""])))[0] == 200
+        assert gateway.request(path, _bearer(new.token([""])))[0] == 401
+        staged = keys.with_suffix(".new")
+        staged.write_bytes(jwks(old, new))  # the new key published beside the old one
+        staged.replace(keys)
+        assert gateway.request(path, _bearer(new.token([""])))[0] == 200
+        assert gateway.request(path, _bearer(old.token([""])))[0] == 200
+        staged.write_bytes(jwks(new))  # the old one retired
+        staged.replace(keys)
+        assert gateway.request(path, _bearer(old.token([""])))[0] == 401
+        assert gateway.request(path, _bearer(new.token([""])))[0] == 200
+        assert "key file reloaded" in gateway.log()
+    finally:
+        gateway.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "refusing to serve 0.0.0.0 without authentication"),
+        ({"STREAM_GATEWAY_JWT_KEYS": "/nonexistent/jwks.json"}, "cannot read"),
+        ({"STREAM_GATEWAY_AUTH": "jwt"}, "needs STREAM_GATEWAY_JWT_KEYS"),
+    ],
+)
+def test_refuses_to_start_unsafely(
+    deployment_: Deployment, env: dict[str, str], message: str
+) -> None:
+    done = subprocess.run(
+        [*SERVE, "--bind", "0.0.0.0", "--port", str(free_port())],
+        env=deployment_.env(**env),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr.decode(), done.stderr
+
+
+def test_the_loopback_gateway_without_keys_still_serves(deployment_: Deployment) -> None:
+    """`make demo`'s gateway: loopback, no keys, no token needed."""
+    gateway = Gateway.start(deployment_)
+    try:
+        Sessions(deployment_).write("demo-like", 2)
+        status, headers, _ = gateway.request("/sessions/demo-like/context")
+        assert status == 200 and headers["Server"] == "context-stream"
+        assert "stream serve: http://127.0.0.1:" in gateway.log()
+    finally:
+        gateway.stop()
+
+
+def test_redis_is_asked_little_per_listing(
+    secured: Gateway, signer: Signer, sessions: Sessions, deployment_: Deployment
+) -> None:
+    """One ZREVRANGE and one pipeline of HGETs, whatever the prefix finds."""
+    for i in range(30):
+        sessions.write(f"costly-{i}", 1)
+    admin = redis.Redis.from_url(deployment_.redis_url)
+    before = _commands(admin)
+    token = _bearer(_token(signer, [""]))
+    status, _, body = secured.request("/sessions?prefix=costly-&limit=10", token)
+    assert status == 200 and len(orjson.loads(body)["sessions"]) == 10
+    after = _commands(admin)
+    assert after.get("zrevrange", 0) - before.get("zrevrange", 0) == 1
+    assert after.get("hget", 0) - before.get("hget", 0) == 10
+    status, _, body = secured.request("/sessions?prefix=no-such-&limit=500", token)
+    assert status == 200 and orjson.loads(body)["sessions"] == []
+    final = _commands(admin)
+    assert final.get("zrevrange", 0) - after.get("zrevrange", 0) == 1
+    assert final.get("hget", 0) == after.get("hget", 0)
+
+
+def _commands(client: "redis.Redis") -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
