@@ -234,3 +234,46 @@ def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
     assert orjson.loads(client.hget(layout.session_key("s099"), "update") or b"")["gen"] == 2
     # totals: 99 sessions at 4 events and s099 at 1, each counted once
     assert _stats(settings) == {"folded": 99 * 4 + 1}
+
+
+def test_an_expired_session_is_dropped_and_its_events_stay_in_the_totals(redis_url: str) -> None:
+    from stream.publish.redis_sink import RetiredCount
+
+    settings = _settings(redis_url)
+    layout = settings.redis_layout
+    client = _client(settings)
+    assert _write(settings, _update(7, "old life", (3, 0, 1))) == [1]
+    pubsub = client.pubsub()
+    pubsub.subscribe(layout.session_key("s"))
+    pubsub.get_message(timeout=5)
+    # A drop of an older life than the one stored keeps it (a newer life wrote first).
+    older = replace(_update(5, ""), payload=b"", replaces=(1, 5, 4, 0), gone=True)
+    assert _write(settings, older) == [0]
+    assert client.exists(layout.session_key("s"))
+    gone = replace(older, replaces=(1, 7, 4, 0))
+    retired = RetiredCount("events", 0, 1, (3, 0, 1), 1)
+
+    async def drop() -> list[int]:
+        sink = RedisSink(settings)
+        try:
+            return await sink.write([gone], [], 1, [retired])
+        finally:
+            await sink.close()
+
+    assert asyncio.run(drop()) == [1]
+    assert not client.exists(layout.session_key("s"))
+    assert client.hget(layout.tallies_key, "s") is None
+    assert client.zscore(layout.recent_key, "s") is None
+    message = pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+    assert message is not None and orjson.loads(message["data"]) == {
+        "sessionId": "s",
+        "expired": True,
+    }
+    assert _stats(settings) == {"folded": 3, "faulted": 1, "expired": 1}
+    assert asyncio.run(drop()) == [1]  # again (a retry): nothing moves twice
+    assert _stats(settings) == {"folded": 3, "faulted": 1, "expired": 1}
+    # The next life starts at a lower seq and is taken: the old one was dropped first.
+    new_life = replace(_update(0, "new life", (1, 0, 0)), replaces=(1, 7, 4, 0))
+    assert _write(settings, new_life) == [1]
+    assert _stored(settings)["marker"] == "new life"
+    assert _stats(settings) == {"folded": 4, "faulted": 1, "expired": 1}
