@@ -103,6 +103,12 @@ bench: setup
 bench-smoke: setup
 	$(PY) -m benchmarks.run --smoke
 
+# Sessions end (docs/operations.md, "Session expiry"): a compressed year with a 30-day TTL
+# and without, month by month (about 30 min; `make bench` runs it too).
+.PHONY: bench-lifecycle
+bench-lifecycle: setup
+	$(PY) -m benchmarks.lifecycle
+
 # The hostile-producer property of the batch fold as a long fuzz run (docs/reliability.md).
 .PHONY: fuzz
 fuzz: $(STAMP)

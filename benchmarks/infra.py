@@ -8,7 +8,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -16,7 +16,13 @@ from typing import IO, Any
 import orjson
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
+from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from benchmarks.corpus import write_corpus
 from stream.contract.jsontext import dumps
@@ -68,6 +74,51 @@ class Infra:
         finally:
             consumer.close()
 
+    def alter_configs(self, kind: str, name: str, configs: dict[str, str]) -> None:
+        """Set ``configs`` on a topic or a broker (``kind`` "topic" or "broker"; a broker's
+        name is its node id), leaving its other settings alone."""
+        entries = [
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in configs.items()
+        ]
+        resource = ConfigResource(kind, name, incremental_configs=entries)
+        admin = self.admin()
+        admin.incremental_alter_configs([resource], request_timeout=30)[resource].result()
+
+    def broker_id(self) -> str:
+        brokers = self.admin().list_topics(timeout=10).brokers
+        return str(min(brokers))
+
+    def log_dirs(self) -> list[Path]:
+        """The broker's log directories, read from the ``server.properties`` on its command
+        line (deploy/kafka.sh's brokers); empty when the broker is not a local process."""
+        pid = listening_pid(int(self.bootstrap.split(",")[0].rsplit(":", 1)[1]))
+        if pid is None:
+            return []
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return []
+        for arg in argv:
+            if arg.endswith(b"server.properties"):
+                for line in Path(arg.decode()).read_text().splitlines():
+                    if line.startswith(("log.dirs=", "log.dir=")):
+                        return [Path(d) for d in line.split("=", 1)[1].split(",")]
+        return []
+
+    def topic_bytes(self, topic: str) -> int:
+        """Bytes of the topic's segment files (``*.log``) on the broker's disk: what
+        retention and compaction leave (indexes, preallocated, are not counted)."""
+        total = 0
+        for root in self.log_dirs():
+            for partition in root.glob(f"{topic}-*"):
+                if not partition.name.removeprefix(f"{topic}-").isdigit():
+                    continue
+                for segment in partition.glob("*.log"):
+                    with suppress(OSError):  # a segment the cleaner swapped meanwhile
+                        total += segment.stat().st_size
+        return total
+
     def server_pids(self) -> dict[str, int]:
         """The broker's and Redis' process ids (for their CPU), where they can be found."""
         found = {}
@@ -98,6 +149,27 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def dir_bytes(path: Path) -> int:
+    """Bytes of every file under ``path`` (0 if it does not exist)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with suppress(OSError):  # a file compacted away mid-walk
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 def listening_pid(port: int) -> int | None:
@@ -227,6 +299,10 @@ class WorkerProcess:
         return self.scenario.work / f"{self.scenario.name}-{self.tag}.log"
 
     @property
+    def state_dir(self) -> Path:
+        return self.scenario.work / f"state-{self.scenario.name}-{self.tag}"
+
+    @property
     def probe_path(self) -> Path:
         return self.scenario.work / f"{self.scenario.name}-{self.tag}.requests.json"
 
@@ -239,7 +315,7 @@ class WorkerProcess:
         if not self.probe:
             command.append("worker")
         environment = self.scenario.env(
-            STREAM_STATE_DIR=str(self.scenario.work / f"state-{self.scenario.name}-{self.tag}"),
+            STREAM_STATE_DIR=str(self.state_dir),
             STREAM_WORKER_ID=self.tag,
             STREAM_METRICS_PORT=str(self.metrics_port),
             STREAM_METRICS_BIND="127.0.0.1",
@@ -262,6 +338,25 @@ class WorkerProcess:
             time.sleep(0.1)
         self.starts += 1
 
+    def ready(self) -> bool:
+        """``/readyz`` answers 200: the assignment is recovered and Redis answers."""
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+            with urllib.request.urlopen(url, timeout=5) as page:
+                return bool(page.status == 200)
+        except OSError:
+            return False
+
+    def wait_readyz(self, timeout: float = 600) -> float:
+        """Seconds until ``/readyz`` is 200; raises if the worker exits or the time is out."""
+        assert self.process is not None
+        began = time.monotonic()
+        while not self.ready():
+            if self.process.poll() is not None or time.monotonic() - began > timeout:
+                raise RuntimeError(self.tail())
+            time.sleep(0.05)
+        return time.monotonic() - began
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -273,6 +368,10 @@ class WorkerProcess:
         assert self.process is not None
         return cpu_seconds(self.process.pid)
 
+    def rss_bytes(self) -> int:
+        assert self.process is not None
+        return rss_bytes(self.process.pid)
+
     def requests(self) -> dict[str, int]:
         try:
             counts: dict[str, int] = orjson.loads(self.probe_path.read_bytes())
@@ -281,16 +380,23 @@ class WorkerProcess:
             return {}
 
     def metric(self, name: str) -> float:
+        return self.metrics().get(name, 0.0)
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of the metrics page, by name with its labels (empty when the page
+        does not answer)."""
+        found = {}
         try:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
             ) as page:
                 for line in page.read().decode().splitlines():
-                    if line.startswith(name + " "):
-                        return float(line.rsplit(" ", 1)[1])
+                    if line and not line.startswith("#"):
+                        name, value = line.rsplit(" ", 1)
+                        found[name] = float(value)
         except OSError:
             pass
-        return 0.0
+        return found
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -13,6 +13,8 @@ Sections (all by default, in this order):
 - ``scale``: one worker against two on the same load.
 - ``replay``: ``benchmarks.replay`` (stream replay, back to lag 0).
 - ``fold``: the fold against the reference on both corpus kinds (``benchmarks.fold``).
+- ``lifecycle``: ``benchmarks.lifecycle`` (a year of sessions with and without
+  ``STREAM_SESSION_TTL``: is what the service keeps flat from month 2 on?).
 
 Starts its own Kafka and Redis unless KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set.
 BENCH_WORKER_TREE=DIR runs the workers from another checkout (a before/after).
@@ -49,7 +51,7 @@ from benchmarks.infra import (
 from benchmarks.live import Load, Subscriber, latencies, summary
 from stream import native
 
-SECTIONS = ("live", "drain", "scale", "replay", "fold")
+SECTIONS = ("live", "drain", "scale", "replay", "fold", "lifecycle")
 P99_LIMIT = 0.2
 
 
@@ -72,6 +74,7 @@ class Plan:
     fold_sessions: int
     fold_turns: int
     fold_repeat: int
+    lifecycle_args: tuple[str, ...]
 
 
 FULL = Plan(
@@ -92,6 +95,7 @@ FULL = Plan(
     fold_sessions=40,
     fold_turns=30,
     fold_repeat=3,
+    lifecycle_args=(),
 )
 SMOKE = Plan(
     live_sessions=60,
@@ -111,6 +115,7 @@ SMOKE = Plan(
     fold_sessions=4,
     fold_turns=4,
     fold_repeat=1,
+    lifecycle_args=("--smoke", "--sessions", "8000", "--no-restore"),  # restores: its own test
 )
 
 
@@ -391,6 +396,30 @@ def fold(plan: Plan) -> dict[str, Any]:
     return result
 
 
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def lifecycle(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
+    """``benchmarks.lifecycle`` against this run's broker and Redis; its verdicts."""
+    out = work / "lifecycle.json"
+    args = [*plan.lifecycle_args, "--json", str(out)]
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=infra.bootstrap, REDIS_URL=infra.redis_url)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.lifecycle", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=7200,
+    )
+    if done.returncode != 0 or not out.exists():
+        return {"error": (done.stdout + done.stderr)[-600:], "args": list(plan.lifecycle_args)}
+    found: dict[str, Any] = json.loads(out.read_text())
+    found["args"] = list(plan.lifecycle_args)
+    found["tables"] = done.stdout
+    return found
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 
@@ -487,6 +516,21 @@ def render(result: dict[str, Any]) -> str:
                     else ", reference not run"
                 ),
             )
+    lc = result.get("lifecycle")
+    if lc and "error" in lc:
+        add(
+            "lifecycle",
+            " ".join(lc["args"]),
+            "failed: " + lc["error"].strip().splitlines()[-1][:80],
+        )
+    elif lc:
+        judged: dict[str, list[str]] = {}
+        for v in lc["verdicts"]:
+            judged.setdefault(f"{v['figure']}, month {v['last_month']}/month 2", []).append(
+                f"{v['run']} {v['ratio']:.2f}x" + (" (flat)" if v["flat"] else "")
+            )
+        for case, figures in judged.items():
+            add("lifecycle", case, "; ".join(figures))
     width = [max(len(r[i]) for r in rows) if rows else 0 for i in range(2)]
     lines = [
         f"context-stream benchmarks ({'smoke' if result['smoke'] else 'full'}):"
@@ -557,6 +601,7 @@ def main() -> None:
                 "scale": lambda: scale(infra, work, plan),
                 "replay": lambda: replay(infra, plan),
                 "fold": lambda: fold(plan),
+                "lifecycle": lambda: lifecycle(infra, work, plan),
             }
             timings = result["section_seconds"] = {}
             for name in SECTIONS:
@@ -571,6 +616,9 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     print(render(result))
+    tables = result.get("lifecycle", {}).get("tables")
+    if tables:
+        print(f"\nlifecycle, month by month:\n{tables.rstrip()}")
     command = " ".join(["python -m benchmarks.run", *sys.argv[1:]])
     print(f"\n{result['seconds']:.0f} s; command: {command}")
 

@@ -134,6 +134,7 @@ class Settings:
     redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)  # may embed a password
     redis_key_prefix: str = "ctx:"
     redis_ttl_seconds: int = 0  # 0: keep idle sessions forever
+    redis_cluster: bool = False  # a Redis Cluster: the sharded layout (output.layout)
     redis_tls_cafile: str | None = None
     redis_username: str | None = None
     redis_password: str | None = field(default=None, repr=False)
@@ -205,7 +206,7 @@ class Settings:
 
     @property
     def redis_layout(self) -> RedisLayout:
-        return RedisLayout(self.redis_key_prefix)
+        return RedisLayout(self.redis_key_prefix, cluster=self.redis_cluster)
 
     @property
     def limits(self) -> Limits:
@@ -244,6 +245,10 @@ class Settings:
             raise ConfigError(f"{protocol} needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
         if env.get("REDIS_TLS_CAFILE") and not env.get("REDIS_URL", "").startswith("rediss://"):
             raise ConfigError("REDIS_TLS_CAFILE needs a rediss:// REDIS_URL (TLS)")
+        cluster = _flag(env, "REDIS_CLUSTER", False)
+        prefix = env.get("REDIS_KEY_PREFIX", cls.redis_key_prefix)
+        if cluster and ("{" in prefix or "}" in prefix):
+            raise ConfigError("REDIS_KEY_PREFIX must hold no '{' or '}' with REDIS_CLUSTER")
         app_id = env.get("STREAM_APP_ID") or cls.app_id
         input_topic = env.get("STREAM_INPUT_TOPIC") or cls.input_topic
         return cls(
@@ -256,8 +261,9 @@ class Settings:
             replication_factor=_int(env, "STREAM_REPLICATION_FACTOR", 1, 1),
             state_dir=env.get("STREAM_STATE_DIR", cls.state_dir),
             redis_url=env.get("REDIS_URL", cls.redis_url),
-            redis_key_prefix=env.get("REDIS_KEY_PREFIX", cls.redis_key_prefix),
+            redis_key_prefix=prefix,
             redis_ttl_seconds=_int(env, "REDIS_TTL_SECONDS", 0),
+            redis_cluster=cluster,
             redis_tls_cafile=env.get("REDIS_TLS_CAFILE") or None,
             redis_username=env.get("REDIS_USERNAME") or None,
             redis_password=env.get("REDIS_PASSWORD") or None,

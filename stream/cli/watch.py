@@ -4,7 +4,8 @@
   ``~used / capacity`` headline, the segmented bar, ``~`` rows, usage totals, faults)
   and redraws it on every update;
 - ``stream watch`` shows a live table of the most recently updated sessions
-  (``{prefix}recent``, then every update seen by a ``PSUBSCRIBE``);
+  (``{prefix}recent``, then every update seen by a ``PSUBSCRIBE``; in cluster mode the
+  shards' recent sets merged, then every shard's feed channel by ``SSUBSCRIBE``);
 - ``--json`` prints each update's raw JSON, one per line; when stdout is not a terminal
   (or with ``--lines``) one human line per update (``describe``).
 
@@ -37,6 +38,7 @@ from stream.config import ConfigError, Settings
 from stream.gateway.meter import Meter, bar_cells, meter
 from stream.gateway.sse import seq_of
 from stream.gateway.store import connection_options
+from stream.output.layout import newest
 
 RING: Final = "○◔◑◕●"
 LEVEL_STYLE: Final = {"ok": "bold medium_purple1", "warn": "bold yellow", "high": "bold red"}
@@ -277,32 +279,43 @@ def _load(payload: bytes) -> dict[str, Any] | None:
 
 
 class _Feed:
-    """The watched channel(s), resubscribed after a lost connection."""
+    """The watched channel(s), resubscribed after a lost connection: ``SUBSCRIBE``,
+    ``PSUBSCRIBE`` or (cluster mode) ``SSUBSCRIBE``, per ``how``."""
 
-    def __init__(self, client: Any, channel: str, pattern: bool) -> None:
+    def __init__(self, client: Any, channels: Sequence[str], how: str = "subscribe") -> None:
         self.client = client
-        self.channel = channel
-        self.pattern = pattern
+        self.channels = tuple(channels)
+        self.how = how
         self.pubsub: Any = None
 
     def open(self) -> None:
         self.close()
+        if self.how == "ssubscribe":
+            # A failover may have moved the channels' slots: read the cluster's map again.
+            self.client.nodes_manager.initialize()
         self.pubsub = self.client.pubsub()
-        if self.pattern:
-            self.pubsub.psubscribe(self.channel)
-        else:
-            self.pubsub.subscribe(self.channel)
+        getattr(self.pubsub, self.how)(*self.channels)
         # Read the current values only once Redis confirms: nothing can fall in between.
-        while True:
-            message = self.pubsub.get_message(timeout=5.0)
+        waiting = set(self.channels)
+        deadline = time.monotonic() + 5.0
+        while waiting:
+            message = self._get(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             if message is None:
-                raise ConnectionError("no subscribe confirmation from Redis")
-            if message["type"] in ("subscribe", "psubscribe"):
-                return
+                if time.monotonic() >= deadline:
+                    raise ConnectionError("no subscribe confirmation from Redis")
+                continue
+            if message["type"] == self.how:
+                channel = message["channel"]
+                waiting.discard(channel.decode() if isinstance(channel, bytes) else channel)
+
+    def _get(self, timeout: float, ignore: bool = False) -> Any:
+        sharded = self.how == "ssubscribe"
+        get = self.pubsub.get_sharded_message if sharded else self.pubsub.get_message
+        return get(ignore_subscribe_messages=ignore, timeout=timeout)
 
     def poll(self, timeout: float) -> tuple[str, bytes] | None:
-        message = self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
-        if message is None or message["type"] not in ("message", "pmessage"):
+        message = self._get(timeout, ignore=True)
+        if message is None or message["type"] not in ("message", "pmessage", "smessage"):
             return None
         channel = message["channel"]
         return channel.decode(errors="replace"), message["data"]
@@ -352,7 +365,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"stream: configuration error: {error}", file=sys.stderr)
         return 2
-    client = redis.Redis.from_url(settings.redis_url, **connection_options(settings))
+    client: Any
+    if settings.redis_cluster:
+        from redis.cluster import RedisCluster
+
+        client = RedisCluster.from_url(settings.redis_url, **connection_options(settings))
+    else:
+        client = redis.Redis.from_url(settings.redis_url, **connection_options(settings))
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     live = not args.json and not args.lines and sys.stdout.isatty()
     session = args.session or args.session_option
@@ -380,7 +399,7 @@ def _watch_session(
     deadline: float | None,
 ) -> None:
     key = settings.redis_layout.session_key(session_id)
-    feed = _Feed(client, key, pattern=False)
+    feed = _Feed(client, [key], "ssubscribe" if settings.redis_cluster else "subscribe")
     last: list[int] = []  # the seq shown last (a list: closures below update it)
     display = Live(render_waiting(session_id), console=Console(), auto_refresh=False)
 
@@ -421,7 +440,10 @@ def _watch_all(
     deadline: float | None,
 ) -> None:
     layout = settings.redis_layout
-    feed = _Feed(client, layout.session_pattern, pattern=True)
+    if layout.cluster:  # no patterns for sharded channels: every shard's feed
+        feed = _Feed(client, layout.feed_channels, "ssubscribe")
+    else:
+        feed = _Feed(client, [layout.session_pattern], "psubscribe")
     limit = max(1, args.limit)
     rows: dict[str, tuple[dict[str, Any], int | None]] = {}
     drawn = [0.0]  # when the table was last drawn (monotonic)
@@ -433,7 +455,10 @@ def _watch_all(
         drawn[0] = time.monotonic()
 
     def resync() -> None:
-        recent = client.zrevrange(layout.recent_key, 0, limit - 1, withscores=True)
+        pages = client.pipeline(transaction=False)
+        for recent_key in layout.recent_keys:
+            pages.zrevrange(recent_key, 0, limit - 1, withscores=True)
+        recent = newest(pages.execute(), limit)
         ids = [raw.decode(errors="replace") for raw, _ in recent]
         pipe = client.pipeline(transaction=False)
         for session_id in ids:
@@ -446,9 +471,14 @@ def _watch_all(
             draw()
 
     def handle(channel: str, payload: bytes) -> None:
-        session_id = layout.session_id_of(channel)
         update = _load(payload)
-        if session_id is None or update is None:
+        if update is None:
+            return
+        session_id = layout.session_id_of(channel)
+        if session_id is None and layout.cluster:  # a shard's feed: the id is inside
+            inside = update.get("sessionId")
+            session_id = inside if isinstance(inside, str) else None
+        if session_id is None:
             return
         if update.get("expired") is True:
             rows.pop(session_id, None)

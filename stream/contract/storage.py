@@ -54,12 +54,17 @@ class ChunkRun(NamedTuple):
         return _expand_row(self.row)
 
     @property
-    def last_time(self) -> int:
-        """The time of the run's last member (``time0`` plus every gap; validated)."""
+    def latest_time(self) -> int:
+        """The latest time among the run's members (``time0`` plus the gaps so far; a
+        gap may be negative, so not always the last member's): what the members, taken
+        one by one, would give."""
         time: int = self.row["time0"]
+        latest = time
         for gap in self.row["data"]["dt"]:
             time += gap
-        return time
+            if time > latest:
+                latest = time
+        return latest
 
 
 _TEXT_KEYS: Final = {"turn", "step", "index", "dt", "texts"}

@@ -20,9 +20,16 @@ deleted its hash) ends that session's streams with ``event: expired``.
 Putting never waits: a client whose queue is full is dropped (its queue gets the end
 marker and its stream is aborted), so one slow reader costs the others nothing.
 
-On a Redis failure the hub reconnects with backoff; once subscribed again it re-reads
-the latest value of every watched session and dispatches it, so clients catch up on
-what was published while it was away (clients skip versions they already have).
+In cluster mode (``REDIS_CLUSTER``) sharded channels have no patterns: the hub
+``SSUBSCRIBE``s to the ``SHARDS`` feed channels instead (``RedisLayout.feed_channels``,
+one per shard, on its slot's master), which carry every update and expiry of their
+shard's sessions with the session id inside; the rest is the same.
+
+On a Redis failure the hub reconnects with backoff (in cluster mode after reading the
+cluster's slots again, so a failover's new masters are the ones subscribed to); once
+subscribed again it re-reads the latest value of every watched session and dispatches it,
+so clients catch up on what was published while it was away (clients skip versions they
+already have).
 """
 
 import asyncio
@@ -33,11 +40,11 @@ from typing import Any, Final
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from stream.gateway.sse import Ending, Frame, Version, frame, seq_of
 from stream.gateway.store import Store, Stored
-from stream.output.layout import RedisLayout
+from stream.output.layout import SHARDS, RedisLayout
 
 log = logging.getLogger(__name__)
 
@@ -187,24 +194,31 @@ class Hub:
 
     async def _run(self) -> None:
         delay = 0.1
+        cluster = self.layout.cluster
         while True:
-            pubsub = self.client.pubsub()
+            pubsub: Any = self.client.pubsub()
             try:
-                await pubsub.psubscribe(self.layout.session_pattern)
-                await self._confirmed(pubsub)
+                if cluster:
+                    await self._sharded(pubsub)
+                else:
+                    await pubsub.psubscribe(self.layout.session_pattern)
+                    await self._confirmed(pubsub)
                 self.ready.set()
                 delay = 0.1
-                log.info("gateway: subscribed to %s", self.layout.session_pattern)
+                if cluster:
+                    log.info("gateway: subscribed to the %d shard feeds", SHARDS)
+                else:
+                    log.info("gateway: subscribed to %s", self.layout.session_pattern)
                 await self._resync(list(self.clients))
                 await self._pump(pubsub)
-            except (RedisError, OSError) as error:
+            except (RedisError, RedisClusterException, OSError) as error:
                 log.warning("gateway: Redis subscription lost (%s); retry in %.1f s", error, delay)
             except Exception:  # a bug must not leave the gateway silently deaf: log, go on
                 log.exception("gateway: subscription loop failed; retrying in %.1f s", delay)
             finally:
                 self.ready.clear()
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()
             self.reconnects += 1
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.retry_max)
@@ -218,6 +232,23 @@ class Hub:
                 raise RedisError("no PSUBSCRIBE confirmation within 5 s")
             if message["type"] == "psubscribe":
                 return
+
+    async def _sharded(self, pubsub: Any) -> None:
+        """Cluster mode: ``SSUBSCRIBE`` every shard's feed, confirmed (see ``_confirmed``)."""
+        cluster: Any = self.client
+        if self.reconnects:  # a master may have failed over: read the slots again
+            await cluster.nodes_manager.initialize()
+        else:
+            await cluster.initialize()  # the slot map, before channels are routed by it
+        feeds = self.layout.feed_channels
+        await pubsub.ssubscribe(*feeds)
+        waiting = set(feeds)
+        async with asyncio.timeout(5.0):
+            while waiting:
+                message = await pubsub.get_sharded_message(timeout=0.5)
+                if message is not None and message["type"] == "ssubscribe":
+                    channel = message["channel"]
+                    waiting.discard(channel.decode() if isinstance(channel, bytes) else channel)
 
     async def _resync(self, session_ids: Iterable[str]) -> None:
         ids = list(session_ids)
@@ -264,10 +295,11 @@ class Hub:
             if version is not None:
                 self.dispatch(session_id, Stored(version, data))
 
-    async def _pump(self, pubsub: aioredis.client.PubSub) -> None:
+    async def _pump(self, pubsub: Any) -> None:
         session_id_of = self.layout.session_id_of
+        get = pubsub.get_sharded_message if self.layout.cluster else pubsub.get_message
         while True:
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            message = await get(ignore_subscribe_messages=True, timeout=1.0)
             batch: list[tuple[str, bytes]] = []
             while message is not None:  # take what has arrived, up to BATCH, without waiting
                 taken = _taken(message, session_id_of)
@@ -275,7 +307,7 @@ class Hub:
                     batch.append(taken)
                 if len(batch) >= BATCH:
                     break
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0)
+                message = await get(ignore_subscribe_messages=True, timeout=0)
             if batch:
                 await self.handle(batch)
 
@@ -283,12 +315,27 @@ class Hub:
 def _taken(
     message: dict[str, Any], session_id_of: Callable[[str], str | None]
 ) -> tuple[str, bytes] | None:
-    if message["type"] != "pmessage":
+    kind = message["type"]
+    if kind not in ("pmessage", "smessage"):
+        return None
+    data = message["data"]
+    if not isinstance(data, bytes):
         return None
     channel = message["channel"]
     name = channel.decode(errors="replace") if isinstance(channel, bytes) else channel
     session_id = session_id_of(name)
-    data = message["data"]
-    if session_id is None or not isinstance(data, bytes):
+    if session_id is None and kind == "smessage":
+        session_id = _session_of(data)  # a shard's feed: the id is in the message
+    if session_id is None:
         return None
     return session_id, data
+
+
+def _session_of(payload: bytes) -> str | None:
+    """The ``sessionId`` of an update or expiry message."""
+    try:
+        message = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    session_id = message.get("sessionId") if isinstance(message, dict) else None
+    return session_id if isinstance(session_id, str) else None

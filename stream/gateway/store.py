@@ -6,18 +6,22 @@ Cluster client can take ``RedisStore``'s place: every call names its keys).
 
 What a call costs Redis, at most: ``latest`` one HGET; ``current`` one pipeline of HMGETs
 (the hub batches the channel messages it has in hand); ``recent`` one ZREVRANGE of at
-most ``scan`` entries and one pipeline of at most ``limit`` HGETs.
+most ``scan`` entries and one pipeline of at most ``limit`` HGETs. In cluster mode
+(``REDIS_CLUSTER``) a pipeline is one per master, sent concurrently, and ``recent`` reads
+each shard's set (one pipeline of ``SHARDS`` ZREVRANGEs of at most ``scan`` entries) and
+merges them.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from stream.config import Settings
 from stream.gateway.sse import Version, seq_of
-from stream.output.layout import RedisLayout
+from stream.output.layout import RedisLayout, newest
 
 FIELDS = ("gen", "seq", "n", "v", "update")
 SCAN = 1000  # recent-set entries one listing looks at (STREAM_GATEWAY_LIST_SCAN)
@@ -56,6 +60,19 @@ def connection_options(settings: Settings) -> dict[str, Any]:
 
 
 def connect(settings: Settings, max_connections: int = 32) -> "aioredis.Redis":
+    if settings.redis_cluster:
+        # Per master a pool of at most ``max_connections``; a caller past it waits (up to
+        # 10 s) instead of failing, as with the blocking pool below.
+        cluster = AsyncRedisCluster.from_url(
+            settings.redis_url,
+            max_connections=max_connections,
+            socket_connect_timeout=5,
+            socket_keepalive=True,
+            health_check_interval=15,
+            client_name="stream-gateway",
+            **connection_options(settings),
+        )
+        return cast("aioredis.Redis", cluster)  # the same commands, named by their keys
     # A blocking pool: a thousand clients connecting at once queue for a few connections
     # instead of opening a thousand.
     pool = aioredis.BlockingConnectionPool.from_url(
@@ -130,9 +147,15 @@ class RedisStore:
         # Without a filter the first ``limit`` entries are the answer; with one, look at
         # the ``scan`` newest and no further (a bounded cost, documented).
         count = min(limit, scan) if everything else scan
-        page: list[Any] = await self.client.zrevrange(
-            self.layout.recent_key, 0, count - 1, withscores=True
-        )
+        keys = self.layout.recent_keys
+        if len(keys) == 1:
+            page: list[Any] = await self.client.zrevrange(keys[0], 0, count - 1, withscores=True)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.zrevrange(key, 0, count - 1, withscores=True)
+            pages: list[Any] = await pipe.execute()
+            page = newest(pages, count)
         wanted: list[tuple[str, int]] = []
         for raw, score in page:
             session_id = raw.decode(errors="replace")

@@ -468,19 +468,37 @@ class Publisher:
     async def unmarked(self, partitions: list[int]) -> list[int]:
         """The partitions whose marker is gone from Redis: what this worker published for
         them is lost (Redis restarted empty, was flushed, failed over to an empty replica).
-        One field per partition, so every owner notices its own, whoever checks first."""
+        One field per partition, so every owner notices its own, whoever checks first; in
+        cluster mode one marker hash per slot group (``RedisLayout.marker_keys``), so a
+        master that lost its data is noticed even though the others kept theirs."""
         if not partitions:
             return []
         fields = [self._marker_field(p) for p in partitions]
-        found = await self.sink.client.hmget(self.sink.layout.marker_key, fields)
-        return [p for p, value in zip(partitions, found, strict=True) if value is None]
+        client = self.sink.client
+        keys = self.sink.layout.marker_keys
+        if len(keys) == 1:
+            found = [await client.hmget(keys[0], fields)]
+        else:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hmget(key, fields)
+            found = await pipe.execute()
+        return [p for i, p in enumerate(partitions) if any(f[i] is None for f in found)]
 
     async def mark(self, partitions: list[int]) -> None:
         """Record that Redis holds these partitions' sessions (after a re-seed)."""
         if partitions:
             value = f"{self.generation}:{self.run_id}"
             mapping: dict[Any, Any] = {self._marker_field(p): value for p in partitions}
-            await self.sink.client.hset(self.sink.layout.marker_key, mapping=mapping)
+            client = self.sink.client
+            keys = self.sink.layout.marker_keys
+            if len(keys) == 1:
+                await client.hset(keys[0], mapping=mapping)
+                return
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hset(key, mapping=mapping)
+            await pipe.execute()
 
     def _marker_field(self, partition: int) -> str:
         return f"{self.settings.input_topic}:{partition}"

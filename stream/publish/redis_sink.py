@@ -11,6 +11,12 @@ Two Lua scripts write atomically and only forward (keys in ``output.layout``):
   exact under redelivery, re-seeds and restarts, never double-counted.
 - a partition's dead-letter count is kept the same way.
 
+With ``REDIS_CLUSTER`` the same scripts run on the sharded layout (``output.layout``,
+note 014): a session's keys and its shard's totals share one hash slot, the channel
+messages go out with ``SPUBLISH`` (a sharded channel lives on its slot's master) to the
+session's channel and to its shard's feed, and a batch's pipeline is split by redis-py
+into one pipeline per master, sent concurrently.
+
 Errors are sorted (``outage_kind``): a connection that fails is transient (the caller
 retries), and so is a server that answers but refuses writes for a while — out of memory
 (``OOM``: ``maxmemory`` reached under ``noeviction``), persistence failing (``MISCONF``),
@@ -23,10 +29,12 @@ loop.
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rx
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from stream.config import Settings
 from stream.output.record import SessionUpdate
@@ -150,6 +158,22 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
 return 1
 """
 
+
+def _sharded(script: str, publish: str, feed: str) -> str:
+    """A script's cluster-mode text: its ``PUBLISH`` on the session's channel becomes
+    ``SPUBLISH`` there and on the shard's feed channel (argument ``feed``)."""
+    call = f"redis.call('PUBLISH', KEYS[1], {publish})"
+    assert script.count(call) == 1, "the script's one publish"
+    sharded = (
+        f"redis.call('SPUBLISH', KEYS[1], {publish}); redis.call('SPUBLISH', {feed}, {publish})"
+    )
+    return script.replace(call, sharded)
+
+
+# Cluster mode: ARGV[11] (SESSION_WRITE) and ARGV[7] (SESSION_DROP) name the feed channel.
+SESSION_WRITE_SHARDED = _sharded(SESSION_WRITE, "ARGV[4]", "ARGV[11]")
+SESSION_DROP_SHARDED = _sharded(SESSION_DROP, "ARGV[6]", "ARGV[7]")
+
 # Error codes of replies that refuse writes for a while (the server is there, and will
 # take them again), and the kind of outage each one is. redis-py gives some their own
 # class; others (MISCONF, BUSY) arrive as a plain ResponseError with the code in front,
@@ -166,6 +190,7 @@ REFUSALS = {
 }
 _REFUSAL = re.compile(r"(?:^|: |\s-)(" + "|".join(REFUSALS) + r")\b")
 _PIPELINE = "of pipeline caused error: "  # redis-py's prefix to a pipeline's first error
+_UNREACHABLE = "cannot be connected"  # redis-py: "Redis Cluster cannot be connected. ..."
 
 
 def _update_time(payload: bytes) -> int | None:
@@ -195,7 +220,12 @@ def outage_kind(error: BaseException) -> str | None:
         return "readonly"
     if isinstance(error, rx.MasterDownError):
         return "masterdown"
-    if isinstance(error, rx.TryAgainError | rx.ClusterDownError):
+    if isinstance(error, rx.TryAgainError | rx.ClusterDownError | rx.SlotNotCoveredError):
+        return "cluster"
+    if isinstance(error, rx.ClusterError) or (
+        isinstance(error, rx.RedisClusterException) and _UNREACHABLE in str(error)
+    ):
+        # redis-py's own: retries exhausted while slots moved; no node reachable.
         return "cluster"
     if isinstance(error, rx.TimeoutError | TimeoutError):
         return "timeout"
@@ -243,27 +273,45 @@ def expiry_message(session_id: str) -> bytes:
     return orjson.dumps({"sessionId": session_id, "expired": True})
 
 
-def connect(settings: Settings) -> "aioredis.Redis":
-    return aioredis.Redis.from_url(
-        settings.redis_url,
-        health_check_interval=15,
-        socket_connect_timeout=5,
-        client_name="stream-worker",
+Client = aioredis.Redis | AsyncRedisCluster
+
+
+def connect(settings: Settings, client_name: str = "stream-worker") -> Client:
+    """The asyncio client ``settings`` ask for: of one server, or (``REDIS_CLUSTER``) of a
+    cluster, ``REDIS_URL`` naming any of its nodes."""
+    options = {
+        "health_check_interval": 15,
+        "socket_connect_timeout": 5,
+        "client_name": client_name,
         **settings.redis_options(),
-    )
+    }
+    if settings.redis_cluster:
+        return AsyncRedisCluster.from_url(settings.redis_url, **options)
+    return aioredis.Redis.from_url(settings.redis_url, **options)
 
 
 class RedisSink:
     """Writes batches of updates and dead-letter counts, one round trip per batch."""
 
-    def __init__(self, settings: Settings, client: "aioredis.Redis | None" = None) -> None:
+    def __init__(self, settings: Settings, client: Client | None = None) -> None:
         self.settings = settings
         self.layout = settings.redis_layout
-        self.client = client or connect(settings)
-        self.session_script = self.client.register_script(SESSION_WRITE)
-        self.drop_script = self.client.register_script(SESSION_DROP)
+        self.client: Client = client or connect(settings)
+        cluster = self.layout.cluster
+        self.session_script = self.client.register_script(
+            SESSION_WRITE_SHARDED if cluster else SESSION_WRITE
+        )
+        self.drop_script = self.client.register_script(
+            SESSION_DROP_SHARDED if cluster else SESSION_DROP
+        )
         self.dead_script = self.client.register_script(DEAD_WRITE)
         self.retired_script = self.client.register_script(RETIRED_WRITE)
+        self.scripts = (
+            self.session_script,
+            self.drop_script,
+            self.dead_script,
+            self.retired_script,
+        )
 
     async def write(
         self,
@@ -283,65 +331,84 @@ class RedisSink:
         propagate as they are (``is_transient``) for the caller's retry.
         """
         layout = self.layout
-        pipe = self.client.pipeline(transaction=False)
-        positions: list[int] = []  # per update: the pipeline result that answers for it
-        calls = 0
+        cluster = layout.cluster
+        calls: list[tuple[Any, list[Any], list[Any]]] = []  # (script, keys, args)
+        positions: list[int] = []  # per update: the call whose result answers for it
         for u in updates:
-            key = layout.session_key(u.session_id)
-            keys = [key, layout.tallies_key, layout.stats_key, layout.recent_key]
+            keys: list[Any] = list(layout.session_keys(u.session_id))
+            feed = [layout.feed_of(u.session_id)] if cluster else []
             if u.replaces is not None:
-                await self.drop_script(
-                    keys=keys,
-                    args=[*u.replaces, u.session_id, expiry_message(u.session_id)],
-                    client=pipe,
-                )
-                calls += 1
+                drop_args = [*u.replaces, u.session_id, expiry_message(u.session_id), *feed]
+                calls.append((self.drop_script, keys, drop_args))
                 if u.gone:
-                    positions.append(calls - 1)
+                    positions.append(len(calls) - 1)
                     continue
             score = now_ms
             if seeded:
                 time = _update_time(u.payload)
                 score = time if time is not None else now_ms
-            await self.session_script(
-                keys=keys,
-                args=[
-                    u.gen,
-                    u.seq,
-                    sum(u.tally),
-                    u.payload,
-                    self.settings.redis_ttl_seconds,
-                    score,
-                    u.session_id,
-                    " ".join(map(str, u.tally)),
-                    u.view_version,
-                    "NX" if seeded else "",
-                ],
-                client=pipe,
-            )
-            positions.append(calls)
-            calls += 1
+            args: list[Any] = [
+                u.gen,
+                u.seq,
+                sum(u.tally),
+                u.payload,
+                self.settings.redis_ttl_seconds,
+                score,
+                u.session_id,
+                " ".join(map(str, u.tally)),
+                u.view_version,
+                "NX" if seeded else "",
+                *feed,
+            ]
+            positions.append(len(calls))
+            calls.append((self.session_script, keys, args))
+        stats = layout.partition_stats_key
         for r in retired:
-            await self.retired_script(
-                keys=[layout.retired_key, layout.stats_key],
-                args=[f"{r.topic}:{r.partition}", r.gen, " ".join(map(str, r.tally)), r.expired],
-                client=pipe,
+            field = f"{r.topic}:{r.partition}"
+            tally = " ".join(map(str, r.tally))
+            calls.append(
+                (self.retired_script, [layout.retired_key, stats], [field, r.gen, tally, r.expired])
             )
         for d in dead:
-            await self.dead_script(
-                keys=[layout.dead_key, layout.stats_key],
-                args=[f"{d.topic}:{d.partition}", d.gen, d.count],
-                client=pipe,
-            )
-        if not len(pipe):
+            field = f"{d.topic}:{d.partition}"
+            calls.append((self.dead_script, [layout.dead_key, stats], [field, d.gen, d.count]))
+        if not calls:
             return []
         try:
-            results = await pipe.execute(raise_on_error=True)
+            try:
+                results = await self._execute(calls)
+            except rx.NoScriptError:
+                if not cluster:
+                    raise
+                # A master without the scripts (a failover promoted a replica: Redis 7 does
+                # not replicate its script cache): load them everywhere, run the batch
+                # again (every script is idempotent, and per slot the order is kept).
+                await self._load_scripts()
+                results = await self._execute(calls)
         except Exception as error:
             if is_transient(error):
                 raise
             raise PermanentRedisError(f"Redis refused the write: {error}") from error
         return [int(results[i]) for i in positions]
+
+    async def _execute(self, calls: list[tuple[Any, list[Any], list[Any]]]) -> list[Any]:
+        """One pipeline of script calls. A cluster client splits it per master, sent
+        concurrently, each in order; it refuses ``Script`` objects in a pipeline (their
+        load-on-NOSCRIPT cannot work there), so it gets the plain ``EVALSHA`` and
+        ``write`` loads the scripts on a NOSCRIPT."""
+        pipe = self.client.pipeline(transaction=False)
+        if self.layout.cluster:
+            for script, keys, args in calls:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        else:
+            for script, keys, args in calls:
+                await script(keys=keys, args=args, client=pipe)
+        return list(await pipe.execute(raise_on_error=True))
+
+    async def _load_scripts(self) -> None:
+        """``SCRIPT LOAD`` every script on every master (cluster mode)."""
+        for script in self.scripts:
+            await self.client.script_load(script.script)
 
     async def ping(self) -> bool:
         try:

@@ -234,7 +234,7 @@ def decode(message: Message, limits: Limits = Limits()) -> tuple[str | None, lis
 
 
 def _time(element: Any, item: Event | ChunkRun) -> int | None:
-    return item.last_time if type(item) is ChunkRun else event_time(element)
+    return item.latest_time if type(item) is ChunkRun else event_time(element)
 
 
 def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], int | None]:

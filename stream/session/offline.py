@@ -63,7 +63,7 @@ def fold_lines(
             else:
                 pending.append(event)
         elif type(value) is ChunkRun:
-            note_time(record, value.last_time)
+            note_time(record, value.latest_time)
             if every_event:
                 for seq in range(value.seq0, value.seq0 + value.size):
                     tally.add(process_run(record, seq, 1))

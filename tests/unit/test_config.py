@@ -79,6 +79,7 @@ FLAGS = {
     "STREAM_RESEED_ON_ASSIGN",
     "STREAM_WEB_ENABLED",
     "STREAM_RESETS",
+    "REDIS_CLUSTER",
 }
 # Read with their own rules, tested below.
 OTHERS = {
@@ -364,3 +365,13 @@ def test_redis_url_redacted_hides_the_password(url: str, redacted: str) -> None:
 def test_a_raw_at_sign_in_the_password_stays_hidden() -> None:
     settings = Settings.from_env({"REDIS_URL": "redis://svc:p@ss-tail@r:6379/0"})
     assert "ss-tail" not in settings.redis_url_redacted
+
+
+def test_redis_cluster_gives_the_sharded_layout_and_needs_a_prefix_without_braces() -> None:
+    settings = Settings.from_env({"REDIS_CLUSTER": "1", "REDIS_KEY_PREFIX": "t:"})
+    assert settings.redis_cluster and settings.redis_layout == RedisLayout("t:", cluster=True)
+    assert not Settings.from_env({}).redis_layout.cluster
+    for prefix in ("{t}:", "t}:"):
+        with pytest.raises(ConfigError, match=r"^REDIS_KEY_PREFIX must hold no"):
+            Settings.from_env({"REDIS_CLUSTER": "1", "REDIS_KEY_PREFIX": prefix})
+    assert Settings.from_env({"REDIS_KEY_PREFIX": "{t}:"}).redis_key_prefix == "{t}:"

@@ -871,3 +871,30 @@ def test_backoff_doubles_to_its_cap_and_resets(monkeypatch: pytest.MonkeyPatch) 
 
     run(scenario())
     assert slept == [0.1, 0.2, 0.4, 0.5, 0.5, 0.1]
+
+
+# --- Redis Cluster (note 014) ------------------------------------------------------------------
+def test_the_sharded_scripts_publish_with_spublish_on_the_session_and_its_feed() -> None:
+    from stream.publish import redis_sink
+
+    for plain, sharded, feed in (
+        (redis_sink.SESSION_WRITE, redis_sink.SESSION_WRITE_SHARDED, "ARGV[11]"),
+        (redis_sink.SESSION_DROP, redis_sink.SESSION_DROP_SHARDED, "ARGV[7]"),
+    ):
+        assert "'PUBLISH'" in plain and "SPUBLISH" not in plain
+        assert "'PUBLISH'" not in sharded
+        assert sharded.count("redis.call('SPUBLISH', KEYS[1],") == 1
+        assert sharded.count(f"redis.call('SPUBLISH', {feed},") == 1
+
+
+def test_cluster_errors_are_transient_and_crossslot_is_not() -> None:
+    from redis import exceptions as rx
+
+    from stream.publish.redis_sink import outage_kind
+
+    assert outage_kind(rx.SlotNotCoveredError("Slot 5 is not covered")) == "cluster"
+    assert outage_kind(rx.ClusterError("TTL exhausted.")) == "cluster"
+    unreachable = rx.RedisClusterException("Redis Cluster cannot be connected. Please ...")
+    assert outage_kind(unreachable) == "cluster"
+    assert outage_kind(rx.RedisClusterException("No targets were found")) is None
+    assert outage_kind(rx.ClusterCrossSlotError("Keys in request don't hash")) is None

@@ -231,3 +231,23 @@ def test_a_redelivered_event_does_not_make_its_session_look_active() -> None:
     store.fold([first])  # after a crash: at the stream time it had then, in the row already
     assert codec.decode(store.rows[b"a"]).touched == touched
     assert [e.session_id for e in store.sweep().expired] == ["a", "b"]
+
+
+def test_a_packed_run_with_a_negative_gap_gives_the_time_its_members_give() -> None:
+    from stream.contract.storage import decode_line
+    from stream.session.offline import fold_lines
+    from stream.session.processor import SessionRecord
+
+    row = {
+        "type": "text-chunks",
+        "seq0": 1,
+        "time0": T0 + 10,
+        "data": {"turn": 0, "step": 0, "index": 0, "dt": [500, -400], "texts": ["a", "b", "c"]},
+    }
+    run = decode_line(row)
+    members = run.events()
+    assert max(m["time"] for m in members) == T0 + 510 == run.latest_time
+    offline = SessionRecord.new()
+    list(fold_lines(offline, [(1, user(0, T0)), (2, run)]))
+    as_events = Store(Limits()).send("a", user(0, T0), *members).sessions[0].update
+    assert offline.time == as_events["time"] == T0 + 510
