@@ -96,10 +96,18 @@ def _fault_seqs(line: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _difference(ours: dict[str, Any], ref: dict[str, Any]) -> str | None:
+def _difference(
+    ours: dict[str, Any], ref: dict[str, Any], times: set[int] | None = None
+) -> str | None:
+    # `time` (the session's latest event time) is ours, not the reference's: it comes
+    # after `seq` and must be one of the session's own integer event times.
+    keys = [k for k in ours if k != "time"]
+    misplaced = "time" in ours and list(ours)[2] != "time"
+    if misplaced or ("time" in ours and times is not None and ours["time"] not in times):
+        return f"time {ours['time']!r} is not the session's own, after seq"
     expected_keys = [*TOP_LEVEL_KEYS, *(("faults",) if "faults" in ref else ())]
-    if list(ours) != expected_keys:
-        return f"top-level keys {list(ours)} != {expected_keys}"
+    if keys != expected_keys:
+        return f"top-level keys {keys} != {expected_keys}"
     for key in ("sessionId", "seq", *VIEW_KEYS):
         if not _strict_equal(ours[key], ref[key]):
             return f"{key} differs"
@@ -129,8 +137,10 @@ def _compare(corpus: Corpus, ours: list[str], ref: list[str]) -> None:
             our_value = json.loads(ours[index])
         except json.JSONDecodeError as error:
             pytest.fail(f"our line is not JSON at {where}: {error}\n  ours: {ours[index]}")
+        events = corpus.sessions.get(str(ref_value["sessionId"])) or []
+        times = {e["time"] for e in events if isinstance(e, dict) and type(e.get("time")) is int}
         problem = (
-            _difference(our_value, ref_value)
+            _difference(our_value, ref_value, times)
             if isinstance(our_value, dict)
             else "our line is not an object"
         )
