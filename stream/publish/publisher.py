@@ -203,8 +203,8 @@ class Publisher:
             return []
         gen = self.generation
         drops = [SessionUpdate.from_expired(e, gen) for e in sweep.expired]
-        backoff = Backoff(0.2, 10.0)
-        while True:
+
+        def records() -> list[Awaitable[Any]]:
             outbox = self.outbox
             futures = []
             if sweep.row:  # empty: every session was counted by an earlier sweep already
@@ -212,18 +212,9 @@ class Publisher:
             for e in sweep.expired:
                 futures.append(outbox.write_row(e.key, None, sweep.partition))
                 futures.append(outbox.send_update(e.key, None, []))
-            outcomes = await asyncio.gather(*futures, return_exceptions=True)
-            failed = [o for o in outcomes if isinstance(o, BaseException)]
-            if not failed:
-                break
-            log.warning(
-                "%d of %d expiry records not delivered (%s); re-sending in %.1f s",
-                len(failed),
-                len(futures),
-                safe_text(repr(failed[0]), 300),
-                backoff.delay,
-            )
-            await backoff.wait()
+            return futures
+
+        await _confirmed(records, "expiry records")
         retired = []
         if sweep.row:
             retired.append(self.retired_count(sweep.partition, PartitionRow.decode(sweep.row)))
@@ -233,8 +224,8 @@ class Publisher:
     async def deliver(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> None:
         """Every record of the batch, confirmed: per session its row and its output record
         (``updates``, one per ``result.sessions``), the partition rows, the dead letters."""
-        backoff = Backoff(0.2, 10.0)
-        while True:
+
+        def records() -> list[Awaitable[Any]]:
             futures: list[Awaitable[Any]] = []
             outbox = self.outbox
             for change, u in zip(result.sessions, updates, strict=True):
@@ -246,18 +237,9 @@ class Publisher:
                 futures.append(outbox.write_row(PARTITION_KEY, part.row, part.partition))
             for letter in result.dead_letters:
                 futures.append(outbox.send_dead_letter(letter))
-            outcomes = await asyncio.gather(*futures, return_exceptions=True)
-            failed = [o for o in outcomes if isinstance(o, BaseException)]
-            if not failed:
-                return
-            log.warning(
-                "%d of %d records of a batch not delivered (%s); re-sending in %.1f s",
-                len(failed),
-                len(futures),
-                safe_text(repr(failed[0]), 300),
-                backoff.delay,
-            )
-            await backoff.wait()
+            return futures
+
+        await _confirmed(records, "records of a batch")
 
     # -- Redis -----------------------------------------------------------------------
     async def write_redis(
@@ -553,6 +535,27 @@ class Publisher:
         sent += len(batch)
         self.state.reseeded_sessions += sent
         return sent
+
+
+async def _confirmed(records: Callable[[], list[Awaitable[Any]]], what: str) -> None:
+    """Send ``records()`` until the broker confirms every one, re-sending all with backoff
+    (the caller is held meanwhile, never committed past)."""
+    backoff = Backoff(0.2, 10.0)
+    while True:
+        futures = records()
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if not failed:
+            return
+        log.warning(
+            "%d of %d %s not delivered (%s); re-sending in %.1f s",
+            len(failed),
+            len(futures),
+            what,
+            safe_text(repr(failed[0]), 300),
+            backoff.delay,
+        )
+        await backoff.wait()
 
 
 def _merge(held: SessionUpdate, u: SessionUpdate, live: bool) -> SessionUpdate | None:
