@@ -11,6 +11,7 @@ event factory (``stream.testing.events``).
 
 import argparse
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,206 @@ def write_corpus(out: Path, sessions: int, turns: int, seed: int) -> list[Path]:
             session(rng, f"bench-{seed}-{i:04d}", rng.randint(max(1, turns // 2), turns))
         )
         paths.append(path)
+    return paths
+
+
+# --- corpus shapes (benchmarks.fold's whole-process comparison) ---------------------------------
+#
+# Each shape is one way real logs differ from the corpus above: the text it carries, how
+# many tool calls a step makes, how large tool results are, and the envelope the producer
+# wrote. "legacy": no header line (the session id is the file name), the system prompt
+# only in the request envelope, compactions metered without ``shadowedSeqs`` and replaced
+# "modern": a header line, the prompt also as a ``system/message`` on the surface and
+# ``shadowedSeqs``. Both replace with format v0 ranges: the reference compares a claim with
+# ``op.start``, so a metered format-v3 replace faults it (tests/generators/sessions.py). Texts are slices of one long
+# source per corpus, so generating tens of MB takes seconds.
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One corpus shape; ``write_shape`` writes it packed (chunk rows as written)."""
+
+    name: str
+    text: str  # "words" (ASCII with a little CJK), "long" (the same, longer), "cjk"
+    prompt_words: tuple[int, int]  # per user message
+    deltas: tuple[int, int]  # streamed text deltas per step
+    delta_words: tuple[int, int]  # words per delta
+    calls: tuple[int, int]  # tool calls per step (each with a result)
+    result_words: tuple[int, int]  # per tool result
+    legacy: bool
+
+
+CONTENTS: dict[str, dict[str, Any]] = {
+    "long-texts": {
+        "text": "long",
+        "prompt_words": (300, 2500),
+        "deltas": (150, 600),
+        "delta_words": (2, 8),
+        "calls": (1, 2),
+        "result_words": (200, 2500),
+    },
+    "cjk": {
+        "text": "cjk",
+        "prompt_words": (20, 400),
+        "deltas": (40, 300),
+        "delta_words": (1, 4),
+        "calls": (1, 2),
+        "result_words": (50, 1500),
+    },
+    "many-tool-calls": {
+        "text": "words",
+        "prompt_words": (5, 80),
+        "deltas": (5, 40),
+        "delta_words": (1, 3),
+        "calls": (6, 24),
+        "result_words": (5, 120),
+    },
+    "large-tool-results": {
+        "text": "words",
+        "prompt_words": (5, 80),
+        "deltas": (10, 80),
+        "delta_words": (1, 3),
+        "calls": (1, 2),
+        "result_words": (5_000, 40_000),
+    },
+}
+
+
+def shapes() -> list[Shape]:
+    """Every content shape in both envelopes: ``{content}/{legacy|modern}``."""
+    return [
+        Shape(name=f"{content}/{envelope}", legacy=envelope == "legacy", **params)
+        for content, params in CONTENTS.items()
+        for envelope in ("legacy", "modern")
+    ]
+
+
+_CJK_COMMON = "".join(chr(c) for c in range(0x4E00, 0x4E00 + 3000))
+_CJK_PUNCT = "，。、；：？！「」（）"
+_ASTRAL = "🙂😀🚀𠀀𠀁"
+
+
+class _Source:
+    """One long text per corpus; a text of n words is a slice of it (a word is ~5 characters
+    of ASCII, ~2 of CJK)."""
+
+    def __init__(self, rng: random.Random, kind: str) -> None:
+        self.kind = kind
+        if kind == "cjk":
+            pieces = []
+            for _ in range(400_000):
+                r = rng.random()
+                if r < 0.85:
+                    pieces.append(rng.choice(_CJK_COMMON))
+                elif r < 0.95:
+                    pieces.append(rng.choice(_CJK_PUNCT))
+                elif r < 0.99:
+                    pieces.append(rng.choice(WORDS) + " ")
+                else:
+                    pieces.append(rng.choice(_ASTRAL))
+            self.text = "".join(pieces)
+            self.per_word = 2
+        else:
+            self.text = " ".join(_text(rng, 12) for _ in range(40_000))
+            self.per_word = 5
+        self.rng = rng
+
+    def take(self, words: int) -> str:
+        size = max(1, words * self.per_word)
+        while size > len(self.text):  # a result longer than the source: repeat it
+            self.text += self.text
+        start = self.rng.randrange(0, len(self.text) - size + 1)
+        return self.text[start : start + size]
+
+
+def shaped_session(rng: random.Random, source: _Source, session_id: str, shape: Shape) -> bytes:
+    """One session of ``shape``: 4 to 16 turns of 1 to 4 steps."""
+    w = _Writer(session_id)
+    if shape.legacy:
+        w.rows.clear()  # no header line: the session id is the file name
+    tools = _tools(rng, rng.randint(4, 12))
+    system = "You are a careful coding agent. " + source.take(300)
+    if not shape.legacy:
+        w.add(build.system_message(w.seq, build.texts(system), time=w.time))
+    pressure = 2000
+    turns = rng.randint(4, 16)
+
+    def span(bounds: tuple[int, int]) -> int:
+        return rng.randint(*bounds)
+
+    for turn in range(turns):
+        w.event("turn/start", {"turn": turn})
+        w.add(
+            build.user_message(
+                w.seq, build.texts(source.take(span(shape.prompt_words))), time=w.time
+            )
+        )
+        for step in range(rng.randint(1, 4)):
+            w.add(build.request_header(w.seq, system=system, tools=tools, time=w.time))
+            w.add(build.request_context(w.seq, 128000, time=w.time))
+            w.event("step/start", {"turn": turn, "step": step})
+            deltas = [source.take(span(shape.delta_words)) for _ in range(span(shape.deltas))]
+            w.chunks(turn, step, deltas)
+            pressure += rng.randint(200, 3000)
+            usage = build.usage(
+                pressure // 10, len(deltas) * 2, cache_read=pressure - pressure // 10
+            )
+            w.add(build.usage_chunk(w.seq, usage, turn=turn, step=step, time=w.time))
+            calls = [f"c{turn}.{step}.{k}" for k in range(span(shape.calls))]
+            content = [build.text_block("".join(deltas))] + [
+                build.tool_call_block(
+                    call, f"tool_{k % 4}", orjson.dumps({"arg0": source.take(8)}).decode()
+                )
+                for k, call in enumerate(calls)
+            ]
+            w.add(
+                build.assistant_message(
+                    w.seq, content, usage=usage, turn=turn, step=step, time=w.time
+                )
+            )
+            results = [
+                build.tool_result_block(
+                    call, build.texts(source.take(span(shape.result_words))), name=f"tool_{k % 4}"
+                )
+                for k, call in enumerate(calls)
+            ]
+            if step % 2:  # one tool/result per call, or all results in one
+                w.add(build.tool_result(w.seq, results, time=w.time))
+            else:
+                for result in results:
+                    w.add(build.tool_result(w.seq, [result], time=w.time))
+            w.event("step/end", {"turn": turn, "step": step})
+        w.event("turn/end", {"turn": turn})
+        nodes = w.surface.nodes[0 if shape.legacy else 1 :]  # the system prompt stays
+        if len(nodes) > 12 and rng.random() < 0.25:  # metered compaction of an early span
+            first, last = nodes[0], nodes[rng.randint(3, len(nodes) // 2)]
+            shadowed = nodes[: nodes.index(last) + 1]
+            tokens = sum(n.price for n in shadowed)
+            seqs = build.ABSENT if shape.legacy else [n.seq for n in shadowed]
+            w.add(
+                build.metering(w.seq, first.seq, last.seq, tokens, shadowed_seqs=seqs, time=w.time)
+            )
+            summary = build.texts("Summary: " + source.take(120))
+            op = build.replace(first.seq, last.seq)  # v3 keys fault the reference here
+            w.add(build.user_message(w.seq, summary, source="compaction", op=op, time=w.time))
+            pressure //= 3
+    return b"\n".join(w.rows) + b"\n"
+
+
+def write_shape(out: Path, shape: Shape, megabytes: float, seed: int) -> list[Path]:
+    """Sessions of ``shape`` until the corpus holds ``megabytes`` (10^6 bytes), packed."""
+    rng = random.Random(f"{seed}/{shape.name}")
+    source = _Source(rng, shape.text)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    size = 0
+    while size < megabytes * 1e6:
+        name = f"shape-{seed}-{len(paths):04d}"
+        body = shaped_session(rng, source, name, shape)
+        path = out / f"{name}.jsonl"
+        path.write_bytes(body)
+        paths.append(path)
+        size += len(body)
     return paths
 
 

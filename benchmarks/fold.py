@@ -3,7 +3,7 @@
 Prints figures; asserts nothing about speed. Corpus generation is never timed.
 
     python -m benchmarks.fold [--sessions N] [--turns T] [--repeat R] [--seed S] [--json]
-                              [--profile]
+                              [--shape-mb MB] [--throughput-only] [--profile]
 
 1. Throughput of reading + parsing + folding every log of a generated corpus: ours in
    process (best of R, ``perf_counter``) and the reference (``node tests/oracle/fold.mjs
@@ -11,6 +11,11 @@ Prints figures; asserts nothing about speed. Corpus generation is never timed.
    written (packed chunk rows, which we fold in O(1) per row), once with every row expanded
    to one line per event (what Kafka delivers). Plus whole-process wall time of both CLIs,
    startup included.
+   1b. Whole processes per corpus shape (``benchmarks.corpus.shapes``: long texts, CJK, many
+   tool calls, large tool results, each in the legacy and the modern envelope, each packed
+   and unpacked): ``python -m stream fold DIR`` against ``node tests/oracle/fold.mjs DIR``,
+   start-up included, best of R, the two alternating; events/s, the ratio, whether the
+   outputs agree, and the worst shape (``report["shapes"]``, ``report["worst"]``).
 2. Per-event cost of the three projections (``process``) at a 100- and a 50,000-node session.
 3. The positional X-ray (``Surface.fold``): an append at 100 vs 50,000 nodes, and a replace.
 4. Checkpoint bytes per session (the codec row) against the per-node checkpoint.
@@ -39,7 +44,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from benchmarks.corpus import WORDS, write_corpus
+from benchmarks.corpus import WORDS, Shape, shapes, write_corpus, write_shape
 from stream import native
 from stream.contract.events import Event, read_event
 from stream.contract.storage import expand
@@ -227,6 +232,102 @@ def throughput(
         walls[name] = row
     out["wall"] = walls
     return out
+
+
+# --- 1b. whole process per corpus shape ---------------------------------------------------------
+
+
+def count_events(directory: Path) -> int:
+    """Events in an unpacked corpus: its lines less the header lines (untimed)."""
+    count = 0
+    for path in directory.glob("*.jsonl"):
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        header = bool(lines) and orjson.loads(lines[0]).get("type") == "session"
+        count += len(lines) - header
+    return count
+
+
+def timed_run(command: list[str]) -> tuple[float, bytes]:
+    """Whole-process wall time of a command and its stdout (a line per session)."""
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.PIPE, check=True, cwd=ROOT)
+    return time.perf_counter() - start, done.stdout
+
+
+def same_output(ours: bytes, reference: bytes) -> bool:
+    """Our lines equal the reference's once our extra ``time`` key is left out."""
+    mine = []
+    for line in ours.splitlines():
+        value = orjson.loads(line)
+        value.pop("time", None)
+        mine.append(value)
+    return mine == [orjson.loads(line) for line in reference.splitlines()]
+
+
+def shape_runs(
+    shape: Shape, layouts: dict[str, Path], events_count: int, node: str | None, repeat: int
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for layout, directory in layouts.items():
+        name = f"{shape.name}/{layout}"
+        log(f"  {name}")
+        ours_cmd = [sys.executable, "-m", "stream", "fold", str(directory)]
+        ref_cmd = None if node is None else [node, str(ORACLE), str(directory)]
+        ours_best = ref_best = float("inf")
+        ours_out = ref_out = b""
+        for _ in range(repeat):  # alternate, so drifting load hits both alike
+            seconds, ours_out = timed_run(ours_cmd)
+            ours_best = min(ours_best, seconds)
+            if ref_cmd is not None:
+                seconds, ref_out = timed_run(ref_cmd)
+                ref_best = min(ref_best, seconds)
+        entry: dict[str, Any] = {
+            "name": name,
+            "shape": shape.name,
+            "layout": layout,
+            "files": len(list(directory.glob("*.jsonl"))),
+            "bytes": corpus_bytes(directory),
+            "events": events_count,
+            "ours": {"seconds": ours_best, "events_per_s": events_count / ours_best},
+        }
+        if ref_cmd is not None:
+            entry["reference"] = {"seconds": ref_best, "events_per_s": events_count / ref_best}
+            entry["speedup"] = ref_best / ours_best  # > 1: ours is faster
+            entry["agree"] = same_output(ours_out, ref_out)
+        out.append(entry)
+    return out
+
+
+def shape_throughput(
+    root: Path, megabytes: float, seed: int, node: str | None, repeat: int
+) -> list[dict[str, Any]]:
+    """Every shape packed and unpacked: `stream fold DIR` against the reference CLI on the
+    same files, whole processes, start-up included, best of ``repeat``."""
+    entries: list[dict[str, Any]] = []
+    for shape in shapes():
+        base = root / shape.name.replace("/", "-")
+        layouts = {"packed": base / "packed", "unpacked": base / "unpacked"}
+        log(f"writing shape {shape.name}: {megabytes:g} MB packed")
+        write_shape(layouts["packed"], shape, megabytes, seed)
+        write_unpacked(layouts["packed"], layouts["unpacked"])
+        events_count = count_events(layouts["unpacked"])
+        entries.extend(shape_runs(shape, layouts, events_count, node, repeat))
+        for directory in layouts.values():
+            shutil.rmtree(directory)  # one shape on disk at a time
+    return entries
+
+
+def worst_shape(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    measured = [e for e in entries if "speedup" in e]
+    if not measured:
+        return None
+    worst = min(measured, key=lambda e: float(e["speedup"]))
+    return {
+        "name": worst["name"],
+        "speedup": worst["speedup"],
+        "ours_events_per_s": worst["ours"]["events_per_s"],
+        "reference_events_per_s": worst["reference"]["events_per_s"],
+    }
 
 
 # --- synthetic events for sections 2-4 ----------------------------------------------------------
@@ -533,6 +634,38 @@ def n(value: float, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def render_shapes(result: dict[str, Any]) -> str:
+    rows = []
+    for e in result["shapes"]:
+        ref = e.get("reference")
+        rows.append(
+            [
+                e["name"],
+                n(e["events"]),
+                n(e["bytes"] / MB, 1),
+                n(e["ours"]["events_per_s"]),
+                "" if ref is None else n(ref["events_per_s"]),
+                "" if ref is None else n(e["speedup"], 2) + "x",
+                "" if ref is None else ("yes" if e["agree"] else "NO"),
+            ]
+        )
+    text = table(
+        f"1b. whole process per corpus shape ({result['shape_mb']:g} MB packed each):"
+        " `python -m stream fold DIR` vs `node tests/oracle/fold.mjs DIR`, start-up"
+        f" included, best of {result['repeat']}",
+        ["shape", "events", "MB", "ours ev/s", "reference ev/s", "ours/ref", "same output"],
+        rows,
+    )
+    worst = result.get("worst")
+    if worst:
+        text += (
+            f"   worst shape: {worst['name']}, {worst['speedup']:.2f}x"
+            f" ({n(worst['ours_events_per_s'])} vs {n(worst['reference_events_per_s'])}"
+            " events/s)\n"
+        )
+    return text
+
+
 def render(result: dict[str, Any]) -> str:
     parts: list[str] = []
     m = result["machine"]
@@ -615,6 +748,11 @@ def render(result: dict[str, Any]) -> str:
             rows,
         )
     )
+
+    if result.get("shapes"):
+        parts.append(render_shapes(result))
+    if "projections" not in result:  # --throughput-only
+        return "\n".join(parts)
 
     pc = result["projections"]
     small, large = pc[str(SMALL)], pc[str(LARGE)]
@@ -722,6 +860,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.profile:
             log("profiling the unpacked fold")
             result["profile"] = profile(unpacked)
+        if args.shape_mb > 0:
+            log(f"1b. shapes, whole process, {args.shape_mb:g} MB each")
+            result["shape_mb"] = args.shape_mb
+            result["shapes"] = shape_throughput(
+                Path(tmp, "shapes"), args.shape_mb, args.seed, node, args.repeat
+            )
+            result["worst"] = worst_shape(result["shapes"])
     if args.throughput_only:
         return result
     log(f"building sessions of {SMALL} and {LARGE} nodes")
@@ -748,9 +893,18 @@ def main() -> None:
         "--throughput-only", action="store_true", help="only section 1 (benchmarks.run)"
     )
     parser.add_argument(
+        "--shape-mb",
+        type=float,
+        default=None,
+        help="packed MB per corpus shape (default: sessions x turns / 100, at most 12; 0: no"
+        " shapes)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="also cProfile one fold of the unpacked corpus"
     )
     args = parser.parse_args()
+    if args.shape_mb is None:  # scales with the main corpus: 12 MB at the defaults
+        args.shape_mb = min(12.0, args.sessions * args.turns / 100)
     if args.sessions < 1 or args.turns < 1 or args.repeat < 1:
         parser.error("--sessions, --turns and --repeat must be positive")
     result = run(args)
