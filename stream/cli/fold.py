@@ -1,10 +1,12 @@
 """``stream fold``: fold session logs offline and print the updates as JSON lines."""
 
 import argparse
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from stream.cli.progress import progress
 from stream.config import Settings
 from stream.contract.jsontext import dumps
 from stream.logs.reader import log_files, read_logs
@@ -28,11 +30,29 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
+class _Silent:
+    def advance(self, amount: int = 1) -> None:
+        pass
+
+
+@contextmanager
+def _progress(paths: list[str]) -> Iterator[Any]:
+    """The progress bar on a terminal; rich (~50 ms to import) only then."""
+    environ = os.environ  # rich decides; without a terminal or these, it would say no
+    if not (sys.stderr.isatty() or environ.get("FORCE_COLOR") or environ.get("TTY_COMPATIBLE")):
+        yield _Silent()
+        return
+    from stream.cli.progress import progress
+
+    with progress("folding", total=len(log_files(paths)), unit="logs") as bar:
+        yield bar
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     folds = Settings.from_env().limits.folds  # the worker's limits: the same outcomes
     records: dict[str, SessionRecord] = {}
-    with progress("folding", total=len(log_files(args.paths)), unit="logs") as bar:
+    with _progress(args.paths) as bar:
         for log in read_logs(args.paths):
             record = records.get(log.session_id)
             if record is None:
