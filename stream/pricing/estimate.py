@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from stream.contract.errors import ContractError
-from stream.pricing.jslength import json_len, utf16_len
+from stream.pricing.jslength import compact_json_len, json_len, utf16_len
 
 CHARS_PER_TOKEN = 4
 BLOCK_OVERHEAD = 4
@@ -103,7 +103,10 @@ def price_envelope_tools(tools: list[Any] | None) -> int:
     if price is None:
         if len(_TOOLS_PRICES) >= _TOOLS_MEMO_SIZE:
             _TOOLS_PRICES.clear()
-        price = _TOOLS_PRICES[key] = ceil4(json_len(tools)) + BLOCK_OVERHEAD
+        length = compact_json_len(key)  # the text is JSON.stringify's, numbers aside
+        if length is None:
+            length = json_len(tools)
+        price = _TOOLS_PRICES[key] = ceil4(length) + BLOCK_OVERHEAD
     return price
 
 

@@ -12,6 +12,8 @@ import re
 from json.encoder import encode_basestring  # C-accelerated; escapes like JS for lengths
 from typing import Any
 
+import orjson
+
 from stream.contract.jsontext import MAX_DEPTH
 
 _MAX_SAFE = 2**53
@@ -77,11 +79,50 @@ def _scalar_len(value: Any) -> int:
     raise TypeError(f"not a JSON value: {kind.__name__}")
 
 
+# Where orjson may print a number unlike JS: a float (``1.0``, ``1e+21``, ``-0.0``: a digit
+# then ``.``, ``e`` or ``E``) or an integer of 16 digits or more (beyond 2^53 JS rounds it
+# first). Found with every digit mapped to 0 (C speed, unlike a regex); the same bytes
+# inside a string ("v2.0") only cost the exact walk.
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_SIXTEEN_DIGITS = b"0" * 16
+
+
+def compact_json_len(text: bytes) -> int | None:
+    """``JSON.stringify``'s length for a container, from its ``orjson.dumps`` text, or None
+    when that text may differ from JS's in length (numbers, above). orjson prints what
+    ``JSON.stringify`` prints otherwise: no spaces, the same escapes (``\\n``, ``\\u001f``;
+    U+2028 raw), other characters raw (UTF-8 here, counted in UTF-16 units)."""
+    digits = text.translate(_ZEROS)
+    if b"0." in digits or b"0e" in digits or b"0E" in digits or _SIXTEEN_DIGITS in digits:
+        return None
+    if text.isascii():
+        return len(text)
+    return utf16_len(text.decode())
+
+
 def json_len(value: Any) -> int:
     """Length of ``JSON.stringify(value)`` for a value parsed from JSON text.
 
-    Walked with a work list, not recursion, so the answer never depends on the caller's
-    stack; a value nested deeper than an event may be (``MAX_DEPTH``) raises ValueError."""
+    Containers: from orjson's text when its numbers print as in JS (``compact_json_len``),
+    else walked with a work list, not recursion, so the answer never depends on the
+    caller's stack; a value nested deeper than an event may be (``MAX_DEPTH``) raises
+    ValueError (orjson refuses anything deeper than 255 levels, which takes the walk)."""
+    kind = type(value)
+    if kind is str:
+        return json_string_len(value)
+    if kind is not dict and kind is not list:
+        return _scalar_len(value)
+    try:
+        length = compact_json_len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers beyond 64 bits
+        length = None
+    if length is not None:
+        return length
+    return walked_json_len(value)
+
+
+def walked_json_len(value: Any) -> int:
+    """``json_len`` by walking the value: exact for every JSON value."""
     kind = type(value)
     if kind is str:
         return json_string_len(value)

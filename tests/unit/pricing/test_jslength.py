@@ -4,10 +4,24 @@ Expected values were printed by Node (``JSON.stringify(JSON.parse(text))``), so 
 is a JavaScript fact, not a restatement of our implementation.
 """
 
+import random
+from typing import Any
+
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stream.contract.jsontext import loads
-from stream.pricing.jslength import js_number, json_len, json_string_len, utf16_len
+from stream.pricing.jslength import (
+    compact_json_len,
+    js_number,
+    json_len,
+    json_string_len,
+    utf16_len,
+    walked_json_len,
+)
+from tests.generators.sessions import encode_json, nasty_value
 
 
 @pytest.mark.parametrize(
@@ -154,3 +168,56 @@ def test_json_len_is_stringify_of_parse(document: str, length: int) -> None:
 def test_json_len_rejects_non_json_values() -> None:
     with pytest.raises(TypeError):
         json_len(object())
+
+
+@pytest.mark.parametrize(
+    ("document", "walked"),
+    [
+        ('{"a":"x"}', False),
+        ('{"a":[1,2,-3],"b":{"c":123456789012345}}', False),  # 15 digits: exact in JS
+        ('{"a":1234567890123456}', True),  # 16 digits: may round in JS
+        ('{"a":1.0}', True),
+        ("[0.5]", True),
+        ('{"a":[1,-0.0]}', True),
+        ('{"a":1e21}', True),
+        ('{"a":"1.5, [2.5"}', True),  # number-like text in a string: the exact walk, same length
+    ],
+)
+def test_json_len_takes_orjson_text_only_when_its_numbers_print_as_in_js(
+    document: str, walked: bool
+) -> None:
+    value = loads(document)
+    assert (compact_json_len(orjson.dumps(value)) is None) == walked
+    assert json_len(value) == walked_json_len(value)
+
+
+def _values(rng: random.Random) -> Any:
+    text = encode_json(nasty_value(rng))  # number, key and string traps, duplicate keys
+    return loads(text)
+
+
+def test_json_len_equals_the_walk_on_generated_values() -> None:
+    rng = random.Random(15)
+    checked = 0
+    for _ in range(3_000):
+        value = _values(rng)
+        if type(value) in (dict, list):
+            assert json_len(value) == walked_json_len(value), value
+            checked += 1
+    assert checked > 500
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(st.lists(_json, max_size=5) | st.dictionaries(st.text(), _json, max_size=5))
+def test_json_len_equals_the_walk(value: Any) -> None:
+    assert json_len(value) == walked_json_len(value)
