@@ -187,6 +187,7 @@ class Shape:
     calls: tuple[int, int]  # tool calls per step (each with a result)
     result_words: tuple[int, int]  # per tool result
     legacy: bool
+    turns: tuple[int, int] = (4, 16)  # per session
 
 
 CONTENTS: dict[str, dict[str, Any]] = {
@@ -221,6 +222,17 @@ CONTENTS: dict[str, dict[str, Any]] = {
         "delta_words": (1, 3),
         "calls": (1, 2),
         "result_words": (5_000, 40_000),
+    },
+    # Many small sessions of long texts (a few hundred events each): per-session costs
+    # (opening a log, a new tool list to price) weigh more.
+    "short-sessions": {
+        "text": "long",
+        "prompt_words": (100, 1500),
+        "deltas": (20, 120),
+        "delta_words": (2, 8),
+        "calls": (1, 3),
+        "result_words": (100, 1500),
+        "turns": (1, 3),
     },
 }
 
@@ -273,7 +285,7 @@ class _Source:
 
 
 def shaped_session(rng: random.Random, source: _Source, session_id: str, shape: Shape) -> bytes:
-    """One session of ``shape``: 4 to 16 turns of 1 to 4 steps."""
+    """One session of ``shape``: its turns of 1 to 4 steps each."""
     w = _Writer(session_id)
     if shape.legacy:
         w.rows.clear()  # no header line: the session id is the file name
@@ -282,7 +294,7 @@ def shaped_session(rng: random.Random, source: _Source, session_id: str, shape: 
     if not shape.legacy:
         w.add(build.system_message(w.seq, build.texts(system), time=w.time))
     pressure = 2000
-    turns = rng.randint(4, 16)
+    turns = rng.randint(*shape.turns)
 
     def span(bounds: tuple[int, int]) -> int:
         return rng.randint(*bounds)
