@@ -284,8 +284,11 @@ class _Source:
         return self.text[start : start + size]
 
 
-def shaped_session(rng: random.Random, source: _Source, session_id: str, shape: Shape) -> bytes:
-    """One session of ``shape``: its turns of 1 to 4 steps each."""
+def shaped_session(
+    rng: random.Random, source: _Source, session_id: str, shape: Shape, budget: float
+) -> bytes:
+    """One session of ``shape``: its turns of 1 to 4 steps each, fewer once the session
+    holds ``budget`` bytes (a small corpus of large tool results stays small)."""
     w = _Writer(session_id)
     if shape.legacy:
         w.rows.clear()  # no header line: the session id is the file name
@@ -300,6 +303,8 @@ def shaped_session(rng: random.Random, source: _Source, session_id: str, shape: 
         return rng.randint(*bounds)
 
     for turn in range(turns):
+        if turn and sum(map(len, w.rows)) >= budget:
+            break
         w.event("turn/start", {"turn": turn})
         w.add(
             build.user_message(
@@ -367,7 +372,7 @@ def write_shape(out: Path, shape: Shape, megabytes: float, seed: int) -> list[Pa
     size = 0
     while size < megabytes * 1e6:
         name = f"shape-{seed}-{len(paths):04d}"
-        body = shaped_session(rng, source, name, shape)
+        body = shaped_session(rng, source, name, shape, megabytes * 1e6 - size)
         path = out / f"{name}.jsonl"
         path.write_bytes(body)
         paths.append(path)
