@@ -41,7 +41,7 @@ on the backoff clients of ``stream.app.backoff``.
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from faust.sensors.monitor import Monitor
@@ -230,8 +230,6 @@ class BulkConsumer(faust_aiokafka.Consumer):
         index = app.topics._tp_index  # type: ignore[attr-defined]
         create_event = app.create_event
         generation = app.consumer_generation_id
-        pressure: dict[Any, tuple[Callable[[], None], Callable[[], None]]]
-        pressure = self.__dict__.setdefault("_bulk_pressure_callbacks", {})
         read_offset = self._read_offset
         for message in messages:
             if message.generation_id != generation or self._seek_epoch != epoch:
@@ -242,10 +240,6 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 read_offset[tp] = message.offset
                 continue
             message.incref(len(channels))
-            callbacks = pressure.get(tp)
-            if callbacks is None:
-                callbacks = pressure[tp] = self._pressure_callbacks(tp)
-            high, drop = callbacks
             for channel in channels:
                 if _is_raw(channel):
                     event = create_event(message.key, message.value, message.headers, message)
@@ -255,28 +249,28 @@ class BulkConsumer(faust_aiokafka.Consumer):
                         message.ack(self)  # does, that channel's reference is released
                         continue
                 queue = channel.queue
-                if queue.full():
-                    app.sensors.on_topic_buffer_full(message.tp)
-                    await self.wait_first(channel.put(event), self.suspend_flow.wait())
-                    if self.suspend_flow.is_set() or self._seek_epoch != epoch:
-                        return
-                else:
-                    queue.put_nowait_enhanced(event, on_pressure_high=high, on_pressure_drop=drop)
+                if queue.full() and not await self._room(queue, epoch):
+                    return  # a rebalance or a seek: the rest is fetched again after it
+                queue.put_nowait(event)
             read_offset[tp] = message.offset
 
-    def _pressure_callbacks(self, tp: Any) -> tuple[Callable[[], None], Callable[[], None]]:
-        """The conductor's per-partition callbacks: pause fetching at high pressure."""
-        on_topic_buffer_full = self.app.sensors.on_topic_buffer_full
-        tp = TP(tp.topic, tp.partition)  # Faust's TP: the consumer's sets hold only those
+    async def _room(self, queue: Any, epoch: int) -> bool:
+        """Wait until ``queue`` has room: the back-pressure of the bulk path.
 
-        def high() -> None:
-            on_topic_buffer_full(tp)
-            self.on_buffer_full(tp)
-
-        def drop() -> None:
-            self.on_buffer_drop(tp)
-
-        return high, drop
+        The hand-over itself waits, so the drain loop fetches nothing more meanwhile (the
+        fetcher keeps at most one response per partition). Faust's way, pausing the
+        partition at high pressure and resuming it at low, costs a second each time at
+        high rates: once every partition is paused, the drain loop's next fetch finds no
+        active partition and sleeps 1 s (``Consumer._wait_next_records``), or waits out
+        its 1 s timeout on partitions resumed meanwhile; the queue runs dry and the
+        partitions fill again (docs/notes/016). False: a rebalance or a seek came first.
+        """
+        suspended = self.suspend_flow.is_set
+        while queue.full():
+            if suspended() or self._seek_epoch != epoch:
+                return False
+            await asyncio.sleep(0.001)  # the agent takes a batch at a time
+        return not suspended() and self._seek_epoch == epoch
 
 
 class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -286,6 +280,9 @@ class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_consumer(self, loop: asyncio.AbstractEventLoop) -> Any:
         consumer = super()._create_consumer(loop)
         with_backoff(consumer._client)
+        wait = getattr(self.consumer.transport, "fetch_max_wait_ms", None)
+        if wait is not None:  # Faust fixes 1,500 ms; read by the fetcher built at start
+            consumer._fetch_max_wait_ms = wait
         return consumer
 
 
@@ -293,13 +290,23 @@ class BulkTransport(faust_aiokafka.Transport):
     Consumer = BulkConsumer
     Producer = BackoffProducer
     bulk_topics: frozenset[str] = frozenset()
+    fetch_max_wait_ms: int | None = None
 
 
-def install(app: Any, topics: Iterable[str]) -> None:
+def install(app: Any, topics: Iterable[str], fetch_max_wait: float | None = None) -> None:
     """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
-    backoff clients, and aiokafka's repeated log lines rate-limited."""
+    backoff clients, and aiokafka's repeated log lines rate-limited.
+
+    ``fetch_max_wait`` (s): how long the broker may hold a fetch that finds nothing new.
+    aiokafka keeps one fetch in flight per broker, and builds it only from partitions
+    whose last records the drain loop has taken; when a busy worker has not taken them
+    yet, the fetch holds only quiet partitions (Faust's leader topic, the changelogs) and
+    every busy partition waits out its long poll: Faust's fixed 1.5 s put the live path
+    seconds behind at a fraction of its capacity (docs/notes/016)."""
     transport = BulkTransport(app.conf.broker_consumer, app)
     transport.bulk_topics = frozenset(topics)
+    if fetch_max_wait is not None:
+        transport.fetch_max_wait_ms = max(1, round(fetch_max_wait * 1000))
     app.transport = transport
     quiet_aiokafka()
 

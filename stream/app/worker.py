@@ -114,7 +114,7 @@ class Worker:
         self.partitions = partitions or settings.partitions
         self.app = app = faust_app(settings, self.partitions)
         # The input topic's records reach the agent in bulk (stream.app.consumer).
-        consumer.install(app, [settings.input_topic])
+        consumer.install(app, [settings.input_topic], settings.fetch_max_wait)
         self.source = app.topic(settings.input_topic, partitions=self.partitions, **RAW)
         self.table = SessionTable(app, self.partitions)
         sender = BatchSender(app)
@@ -203,8 +203,8 @@ class Worker:
 
     async def sweep_step(self) -> int:
         """Expire up to ``SWEEP_STEP`` due sessions of one walked partition (the first
-        with any due); returns how many left, -1 when none did (those due were alive).
-        Holds the lock for this step only."""
+        with any due); returns how many left (0: those due were alive, filed again),
+        -1 when no partition had any due. Holds the lock for this step only."""
         ttl = self.limits.session_ttl
         async with self.lock:
             for partition in self.stats.census.walked_partitions():
@@ -223,7 +223,7 @@ class Worker:
                     self.stats.observe_sweep(result)
                 except Exception:
                     log.exception("metrics of a sweep not recorded")
-                return len(result.expired) if result.expired else -1
+                return len(result.expired)
         return -1
 
     async def _sweeper(self) -> None:
@@ -234,11 +234,16 @@ class Worker:
         while True:
             await self._sweep_wanted.wait()
             self._sweep_wanted.clear()
+            idle = 0  # steps in a row that expired nothing
             while any(self._due(p) for p in self.stats.census.walked_partitions()):
                 started = time.monotonic()
                 gone = await self.sweep_step()
-                if gone < 0:
-                    break  # only sessions still alive were due: the next batch says more
+                # A step whose candidates were all alive files them again and lets the
+                # next partition's due sessions through; stopping there would leave those
+                # until the next batch. A few such steps in a row: the next batch says more.
+                idle = idle + 1 if gone <= 0 else 0
+                if gone < 0 or idle > 8:
+                    break
                 if gone > 0:
                     log.debug(
                         "expired %d sessions in %.1f ms", gone, 1e3 * (time.monotonic() - started)

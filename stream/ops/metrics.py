@@ -272,11 +272,13 @@ class Metrics:
         """A sweep's sessions left the rows (delivered)."""
         if not sweep.expired:
             return
-        self.sessions_expired.labels("swept").inc(len(sweep.expired))
+        # A session an earlier sweep retired already is deleted again, not counted again.
+        self.sessions_expired.labels("swept").inc(sum(not e.again for e in sweep.expired))
         census = self.census
         for expired in sweep.expired:
             census.observe(sweep.partition, expired.key, expired.part, None)
-        census.observe_partition(sweep.partition, PartitionRow.decode(sweep.row))
+        if sweep.row:  # empty: the partition row was not written (nothing newly retired)
+            census.observe_partition(sweep.partition, PartitionRow.decode(sweep.row))
 
     def refresh(self, app: Any, table: Any, settings: Settings) -> None:
         """Gauges read on a timer (cheap enough every 10 s)."""

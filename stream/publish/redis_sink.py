@@ -39,45 +39,66 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from stream.config import Settings
 from stream.output.record import SessionUpdate
 
-# KEYS: session key (= channel), tallies hash, stats hash, recent zset
-# ARGV: gen, seq, n, update JSON, ttl seconds (0: none), recent score (ms), session id,
-#       "f d x", v, "NX" to add to recent only when absent (a re-seed) or ""
-SESSION_WRITE = """
-local stored = redis.call('HMGET', KEYS[1], 'gen', 'seq', 'n', 'v')
-local new = {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[9])}
-if stored[1] then
-  for i = 1, 4 do
-    local old = tonumber(stored[i] or '0')
-    if new[i] < old then return 0 end
-    if new[i] > old then break end
-    if i == 4 then return 2 end
-  end
-end
-local old = redis.call('HGET', KEYS[2], ARGV[7])
-local o = {0, 0, 0}
-if old then
-  local i = 1
-  for v in string.gmatch(old, '%S+') do o[i] = tonumber(v); i = i + 1 end
-end
+# A batch's session updates in one call (one slot: in cluster mode one call per shard), so a
+# batch costs one round trip and one script run instead of one per session (note 016).
+# KEYS: tallies hash, stats hash, recent zset, then each update's session key (= channel)
+# ARGV: ttl seconds (0: none), "NX" to add to recent only when absent (a re-seed) or "",
+#       then 8 per update: gen, seq, n, v, update JSON, session id, "f d x", recent score
+# Returns per update 1 (written), 2 (this version is there already), 0 (older: refused).
+SESSIONS_WRITE = """
+local ttl = tonumber(ARGV[1])
+local nx = ARGV[2] == 'NX'
 local names = {'folded', 'duplicate', 'faulted'}
-local i = 1
-for v in string.gmatch(ARGV[8], '%S+') do
-  local d = tonumber(v) - o[i]
-  if d ~= 0 then redis.call('HINCRBY', KEYS[3], names[i], d) end
-  i = i + 1
+local moved = {0, 0, 0}
+local out = {}
+local added = false
+for i = 4, #KEYS do
+  local key = KEYS[i]
+  local a = (i - 4) * 8 + 2
+  local new = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+    tonumber(ARGV[a + 4])}
+  local result = 1
+  local stored = redis.call('HMGET', key, 'gen', 'seq', 'n', 'v')
+  if stored[1] then
+    for j = 1, 4 do
+      local old = tonumber(stored[j] or '0')
+      if new[j] < old then result = 0; break end
+      if new[j] > old then break end
+      if j == 4 then result = 2 end
+    end
+  end
+  if result == 1 then
+    local id, tally, payload = ARGV[a + 6], ARGV[a + 7], ARGV[a + 5]
+    local old = redis.call('HGET', KEYS[1], id)
+    local o = {0, 0, 0}
+    if old then
+      local j = 1
+      for v in string.gmatch(old, '%S+') do o[j] = tonumber(v); j = j + 1 end
+    end
+    local j = 1
+    for v in string.gmatch(tally, '%S+') do
+      moved[j] = moved[j] + tonumber(v) - o[j]
+      j = j + 1
+    end
+    redis.call('HSET', KEYS[1], id, tally)
+    redis.call('HSET', key, 'gen', ARGV[a + 1], 'seq', ARGV[a + 2], 'n', ARGV[a + 3],
+      'v', ARGV[a + 4], 'update', payload)
+    if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+    if nx then
+      redis.call('ZADD', KEYS[3], 'NX', ARGV[a + 8], id)
+    else
+      redis.call('ZADD', KEYS[3], ARGV[a + 8], id)
+    end
+    redis.call('PUBLISH', key, payload)
+    added = true
+  end
+  out[#out + 1] = result
 end
-redis.call('HSET', KEYS[2], ARGV[7], ARGV[8])
-redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'seq', ARGV[2], 'n', ARGV[3], 'v', ARGV[9],
-  'update', ARGV[4])
-if tonumber(ARGV[5]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
-if ARGV[10] == 'NX' then
-  redis.call('ZADD', KEYS[4], 'NX', ARGV[6], ARGV[7])
-else
-  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
+for j = 1, 3 do
+  if moved[j] ~= 0 then redis.call('HINCRBY', KEYS[2], names[j], moved[j]) end
 end
-redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -10001)  -- the 10,000 most recent only
-redis.call('PUBLISH', KEYS[1], ARGV[4])
-return 1
+if added then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -10001) end  -- the 10,000 most recent
+return out
 """
 
 # A session expired: drop what Redis holds of its life, if not newer than that life's
@@ -159,20 +180,26 @@ return 1
 """
 
 
-def _sharded(script: str, publish: str, feed: str) -> str:
+def _sharded(script: str, channel: str, publish: str, feed: str) -> str:
     """A script's cluster-mode text: its ``PUBLISH`` on the session's channel becomes
     ``SPUBLISH`` there and on the shard's feed channel (argument ``feed``)."""
-    call = f"redis.call('PUBLISH', KEYS[1], {publish})"
+    call = f"redis.call('PUBLISH', {channel}, {publish})"
     assert script.count(call) == 1, "the script's one publish"
     sharded = (
-        f"redis.call('SPUBLISH', KEYS[1], {publish}); redis.call('SPUBLISH', {feed}, {publish})"
+        f"redis.call('SPUBLISH', {channel}, {publish}); redis.call('SPUBLISH', {feed}, {publish})"
     )
     return script.replace(call, sharded)
 
 
-# Cluster mode: ARGV[11] (SESSION_WRITE) and ARGV[7] (SESSION_DROP) name the feed channel.
-SESSION_WRITE_SHARDED = _sharded(SESSION_WRITE, "ARGV[4]", "ARGV[11]")
-SESSION_DROP_SHARDED = _sharded(SESSION_DROP, "ARGV[6]", "ARGV[7]")
+# Cluster mode: the feed channel is SESSIONS_WRITE's ARGV[3] (its updates follow from
+# ARGV[4]: the script reads them from an offset of 3) and SESSION_DROP's ARGV[7].
+SESSIONS_WRITE_SHARDED = _sharded(
+    SESSIONS_WRITE.replace("local a = (i - 4) * 8 + 2", "local a = (i - 4) * 8 + 3"),
+    "key",
+    "payload",
+    "ARGV[3]",
+)
+SESSION_DROP_SHARDED = _sharded(SESSION_DROP, "KEYS[1]", "ARGV[6]", "ARGV[7]")
 
 # Error codes of replies that refuse writes for a while (the server is there, and will
 # take them again), and the kind of outage each one is. redis-py gives some their own
@@ -275,6 +302,10 @@ def expiry_message(session_id: str) -> bytes:
 
 Client = aioredis.Redis | AsyncRedisCluster
 
+# Updates per SESSIONS_WRITE call: a call runs alone on its server, so a batch of
+# thousands goes in a few calls of a few milliseconds each, not one long one.
+WRITE_CHUNK = 500
+
 
 def connect(settings: Settings, client_name: str = "stream-worker") -> Client:
     """The asyncio client ``settings`` ask for: of one server, or (``REDIS_CLUSTER``) of a
@@ -299,7 +330,7 @@ class RedisSink:
         self.client: Client = client or connect(settings)
         cluster = self.layout.cluster
         self.session_script = self.client.register_script(
-            SESSION_WRITE_SHARDED if cluster else SESSION_WRITE
+            SESSIONS_WRITE_SHARDED if cluster else SESSIONS_WRITE
         )
         self.drop_script = self.client.register_script(
             SESSION_DROP_SHARDED if cluster else SESSION_DROP
@@ -333,35 +364,50 @@ class RedisSink:
         layout = self.layout
         cluster = layout.cluster
         calls: list[tuple[Any, list[Any], list[Any]]] = []  # (script, keys, args)
-        positions: list[int] = []  # per update: the call whose result answers for it
-        for u in updates:
-            keys: list[Any] = list(layout.session_keys(u.session_id))
-            feed = [layout.feed_of(u.session_id)] if cluster else []
-            if u.replaces is not None:
+        # Per update: the call whose result answers for it, and where in that result
+        # (-1: the result is the call's own, a drop's).
+        positions: list[tuple[int, int]] = []
+        groups: dict[int, list[tuple[int, SessionUpdate]]] = {}  # writes by slot group
+        ttl = self.settings.redis_ttl_seconds
+        for index, u in enumerate(updates):
+            positions.append((-1, -1))
+            if u.replaces is not None:  # its drop runs first: its call precedes the writes
+                keys: list[Any] = list(layout.session_keys(u.session_id))
+                feed = [layout.feed_of(u.session_id)] if cluster else []
                 drop_args = [*u.replaces, u.session_id, expiry_message(u.session_id), *feed]
                 calls.append((self.drop_script, keys, drop_args))
                 if u.gone:
-                    positions.append(len(calls) - 1)
+                    positions[index] = (len(calls) - 1, -1)
                     continue
-            score = now_ms
-            if seeded:
-                time = _update_time(u.payload)
-                score = time if time is not None else now_ms
-            args: list[Any] = [
-                u.gen,
-                u.seq,
-                sum(u.tally),
-                u.payload,
-                self.settings.redis_ttl_seconds,
-                score,
-                u.session_id,
-                " ".join(map(str, u.tally)),
-                u.view_version,
-                "NX" if seeded else "",
-                *feed,
-            ]
-            positions.append(len(calls))
-            calls.append((self.session_script, keys, args))
+            shard = layout.shard_of(u.session_id) if cluster else 0
+            groups.setdefault(shard, []).append((index, u))
+        for members in groups.values():
+            for start in range(0, len(members), WRITE_CHUNK):
+                chunk = members[start : start + WRITE_CHUNK]
+                first = chunk[0][1].session_id
+                _, tallies, stats_key, recent = layout.session_keys(first)
+                keys = [tallies, stats_key, recent]
+                args: list[Any] = [ttl, "NX" if seeded else ""]
+                if cluster:
+                    args.append(layout.feed_of(first))
+                for at, (index, u) in enumerate(chunk):
+                    score = now_ms
+                    if seeded:
+                        time = _update_time(u.payload)
+                        score = time if time is not None else now_ms
+                    keys.append(layout.session_key(u.session_id))
+                    args += [
+                        u.gen,
+                        u.seq,
+                        sum(u.tally),
+                        u.view_version,
+                        u.payload,
+                        u.session_id,
+                        " ".join(map(str, u.tally)),
+                        score,
+                    ]
+                    positions[index] = (len(calls), at)
+                calls.append((self.session_script, keys, args))
         stats = layout.partition_stats_key
         for r in retired:
             field = f"{r.topic}:{r.partition}"
@@ -389,7 +435,7 @@ class RedisSink:
             if is_transient(error):
                 raise
             raise PermanentRedisError(f"Redis refused the write: {error}") from error
-        return [int(results[i]) for i in positions]
+        return [int(results[call] if at < 0 else results[call][at]) for call, at in positions]
 
     async def _execute(self, calls: list[tuple[Any, list[Any], list[Any]]]) -> list[Any]:
         """One pipeline of script calls. A cluster client splits it per master, sent

@@ -103,6 +103,10 @@ class Expired:
     version: Version  # what its life last published (own generation, seq, n, v)
     tally: Tally  # every event the key took: removed from the live totals
     part: codec.RowPart  # its part in the partition's figures (the census drops it)
+    # An earlier sweep retired it already (its tombstones had not landed: a crash, or a
+    # restore that met the row but not its compacted-away tombstone): deleted again,
+    # counted nothing twice.
+    again: bool = False
 
 
 @dataclass(slots=True)
@@ -143,13 +147,14 @@ def sweep(
             result.alive.append((key, touched))
             continue
         accounted = record.accounted
-        if not row.retired_already(touched, session_id):
+        again = row.retired_already(touched, session_id)
+        if not again:
             row.retired.add(accounted)
             row.expired += 1
             row.cursor = (touched, session_id)
             result.retired.add(accounted)
             counted = True
-        expired = Expired(session_id, key, version_of(record), accounted, codec.part(record))
+        expired = Expired(session_id, key, version_of(record), accounted, codec.part(record), again)
         result.expired.append(expired)
     if counted:
         result.row = row.encode()

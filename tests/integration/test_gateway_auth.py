@@ -18,7 +18,7 @@ import orjson
 import pytest
 import redis
 
-from stream.publish.redis_sink import SESSION_WRITE
+from stream.publish.redis_sink import SESSIONS_WRITE
 from tests.integration.gateway_harness import SERVE, Gateway
 from tests.integration.harness import Deployment, free_port, wait_until
 from tests.integration.test_gateway import SseClient, _session
@@ -30,12 +30,12 @@ AUDIENCE, ISSUER = "context-stream-test", "https://idp.test"
 
 
 class Sessions:
-    """Writes sessions as the worker does (SESSION_WRITE), and expires them as it will."""
+    """Writes sessions as the worker does (SESSIONS_WRITE), and expires them as it will."""
 
     def __init__(self, deployment: Deployment) -> None:
         self.client = deployment.redis()
         self.prefix = deployment.prefix
-        self.script = self.client.register_script(SESSION_WRITE)
+        self.script = self.client.register_script(SESSIONS_WRITE)
 
     def write(self, session_id: str, seq: int, gen: int = 0, n: int | None = None) -> bytes:
         n = seq if n is None else n
@@ -48,9 +48,10 @@ class Sessions:
             }
         )
         key = f"{self.prefix}session:{session_id}"
-        args = [gen, seq, n, payload, 0, int(time.time() * 1000), session_id, f"{n} 0 0", 0]
-        keys = [key, f"{self.prefix}tallies", f"{self.prefix}stats", f"{self.prefix}recent"]
-        assert self.script(keys=keys, args=args) == 1, "the guard refused the write"
+        now = int(time.time() * 1000)
+        args = [0, "", gen, seq, n, 0, payload, session_id, f"{n} 0 0", now]
+        keys = [f"{self.prefix}tallies", f"{self.prefix}stats", f"{self.prefix}recent", key]
+        assert self.script(keys=keys, args=args) == [1], "the guard refused the write"
         return payload
 
     def expire(self, session_id: str) -> bytes:

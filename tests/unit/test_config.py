@@ -72,6 +72,7 @@ FLOATS = {
     "STREAM_BATCH_WITHIN",
     "STREAM_PRODUCER_LINGER",
     "STREAM_MAX_POLL_INTERVAL",
+    "STREAM_FETCH_MAX_WAIT",
     "STREAM_REDIS_CHECK_INTERVAL",
     "STREAM_STALL_SECONDS",
 }
@@ -124,6 +125,14 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert (settings.partitions, settings.batch_max, settings.batch_within) == (6, 2000, 0.0)
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
+
+
+def test_the_fetch_wait_is_short_by_default_and_bounded() -> None:
+    assert Settings.from_env({}).fetch_max_wait == 0.05
+    assert Settings.from_env({"STREAM_FETCH_MAX_WAIT": "0.2"}).fetch_max_wait == 0.2
+    for raw in ("0", "-1", "31", "soon"):
+        with pytest.raises(ConfigError, match="STREAM_FETCH_MAX_WAIT"):
+            Settings.from_env({"STREAM_FETCH_MAX_WAIT": raw})
 
 
 @pytest.mark.parametrize(

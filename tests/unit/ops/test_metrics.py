@@ -7,7 +7,9 @@ import orjson
 from stream.config import Settings
 from stream.ops.metrics import Metrics
 from stream.publish.publisher import RedisState
-from stream.session.batch import RESET_HEADER, Message, fold_batch
+from stream.session import codec
+from stream.session.batch import PARTITION_KEY, RESET_HEADER, Limits, Message, fold_batch
+from stream.session.expiry import sweep
 from stream.testing import events as build
 
 
@@ -113,3 +115,48 @@ def test_a_new_assignment_forgets_the_partitions_that_moved_away() -> None:
     assert value(m, "stream_committed_lag", partition="2") is None
     assert value(m, "stream_partition_stalled", partition="2") is None
     assert m.not_ready() == []
+
+
+def test_a_sweep_that_repeats_an_earlier_one_counts_nothing_twice_and_keeps_the_figures() -> None:
+    """A row swept before and met again (a crash before its tombstone landed, or a restore
+    whose compacted changelog lost the tombstone): deleted again, the expired counter and
+    the partition's retired figures unchanged."""
+    day = 86_400_000
+    ttl = 7 * day
+    m = metrics()
+    m.census.assign([0])
+    m.census.walked(0)
+    rows: dict[bytes, bytes] = {}
+    limits = Limits(session_ttl=ttl)
+
+    def send(key: bytes, offset: int, *events: dict[str, Any]) -> None:
+        value = orjson.dumps(list(events) if len(events) > 1 else events[0])
+        messages = [Message(key, value, "events", 0, offset)]
+        result = fold_batch(messages, lambda k, _: rows.get(k), limits)
+        for change in result.sessions:
+            rows[change.key] = change.row
+        for part in result.partitions:
+            rows[PARTITION_KEY] = part.row
+        m.observe_batch(messages, result)
+
+    t0 = 1_700_000_000_000
+    send(b"a", 0, build.user_message(0, build.texts("x"), time=t0))
+    send(b"b", 1, build.user_message(0, build.texts("y"), time=t0 + 1))
+    send(b"c", 2, build.user_message(0, build.texts("z"), time=t0 + ttl + day))
+    send(b"b", 3, build.user_message(1, build.texts("y"), time=t0 + ttl + day))
+    a = rows[b"a"]
+    first = sweep(0, [b"a"], lambda k, _: rows.get(k), ttl)
+    rows[PARTITION_KEY] = first.row
+    del rows[b"a"]
+    m.observe_sweep(first)
+    assert value(m, "stream_sessions_expired_total", how="swept") == 1
+    assert value(m, "stream_sessions_live") == 2
+    retired = value(m, "stream_state_events", outcome="folded")
+    rows[b"a"] = a  # back again: its tombstone was lost
+    m.census.observe(0, b"a", None, codec.row_part(a))
+    again = sweep(0, [b"a"], lambda k, _: rows.get(k), ttl)
+    assert not again.row and [e.again for e in again.expired] == [True]
+    m.observe_sweep(again)
+    assert value(m, "stream_sessions_expired_total", how="swept") == 1
+    assert value(m, "stream_sessions_live") == 2
+    assert value(m, "stream_state_events", outcome="folded") == retired

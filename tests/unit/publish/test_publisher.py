@@ -877,14 +877,16 @@ def test_backoff_doubles_to_its_cap_and_resets(monkeypatch: pytest.MonkeyPatch) 
 def test_the_sharded_scripts_publish_with_spublish_on_the_session_and_its_feed() -> None:
     from stream.publish import redis_sink
 
-    for plain, sharded, feed in (
-        (redis_sink.SESSION_WRITE, redis_sink.SESSION_WRITE_SHARDED, "ARGV[11]"),
-        (redis_sink.SESSION_DROP, redis_sink.SESSION_DROP_SHARDED, "ARGV[7]"),
+    for plain, sharded, channel, feed in (
+        (redis_sink.SESSIONS_WRITE, redis_sink.SESSIONS_WRITE_SHARDED, "key", "ARGV[3]"),
+        (redis_sink.SESSION_DROP, redis_sink.SESSION_DROP_SHARDED, "KEYS[1]", "ARGV[7]"),
     ):
         assert "'PUBLISH'" in plain and "SPUBLISH" not in plain
         assert "'PUBLISH'" not in sharded
-        assert sharded.count("redis.call('SPUBLISH', KEYS[1],") == 1
+        assert sharded.count(f"redis.call('SPUBLISH', {channel},") == 1
         assert sharded.count(f"redis.call('SPUBLISH', {feed},") == 1
+    # The sharded batch reads its updates after the feed argument.
+    assert "local a = (i - 4) * 8 + 3" in redis_sink.SESSIONS_WRITE_SHARDED
 
 
 def test_cluster_errors_are_transient_and_crossslot_is_not() -> None:
