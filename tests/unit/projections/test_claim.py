@@ -173,3 +173,14 @@ def test_system_prompt_counts_in_the_surface(projection: Any) -> None:
 def test_surface_price_of_malformed_surface_event() -> None:
     with pytest.raises(ContractError, match="has no surfaceOp"):
         surface_price(ev("user/message", 3, {"content": []}))
+
+
+def test_surface_price_is_each_events_own_when_events_alternate() -> None:
+    # Both surface projections price the same event one after the other, and the second
+    # takes the first's price; any other event is priced afresh.
+    short, long, prompt = user(1, "abcd"), user(2, "abcd" * 10), system(3, "You are terse.")
+    prices = [surface_price(e) for e in (short, short, long, short, prompt, prompt)]
+    assert prices == [9, 9, 18, 9, 8, 8]
+    with pytest.raises(ContractError, match="has no surfaceOp"):
+        surface_price(ev("user/message", 4, {"content": []}))
+    assert surface_price(prompt) == 8
