@@ -4,12 +4,18 @@
 
 Sections (all by default, in this order):
 
-- ``live``: the live-latency sweep (``benchmarks.live``): paced rates over concurrent
-  sessions, one event per message, until the produce-to-Redis p99 passes 200 ms; per rate
-  the latency, the worker's CPU, and per event the Kafka requests the worker sent, the
-  Redis commands it ran and the output records it wrote.
+- ``calibrate``: what this machine is, so a reader can tell a slower machine from a
+  regression: a fixed CPU-bound loop (best of 5) and Quix Streams draining a backlog of
+  single events. Every other figure is printed next to these.
 - ``drain``: a backlog, produced first, read to the end by raw confluent-kafka, Quix
   Streams, stock Faust and our worker, with single events and segments of 16 and 64.
+  Our single-event drain is the worker's own capacity: the live sweep is set from it.
+- ``live``: the live-latency sweep (``benchmarks.live``): paced rates over concurrent
+  sessions, one event per message, at fractions of our single-event drain rate measured
+  in the same run (``--rates`` sets them in events/s instead); per rate the latency, the
+  worker's CPU, the backlog left when the load stops and how long it took to clear, and
+  per event the Kafka requests the worker sent, the Redis commands it ran and the output
+  records it wrote. A step behind its load with the worker under 0.9 cores is flagged.
 - ``scale``: one worker against two on the same load.
 - ``replay``: ``benchmarks.replay`` (stream replay, back to lag 0).
 - ``fold``: the fold against the reference on both corpus kinds (``benchmarks.fold``).
@@ -51,14 +57,17 @@ from benchmarks.infra import (
 from benchmarks.live import Load, Subscriber, latencies, summary
 from stream import native
 
-SECTIONS = ("live", "drain", "scale", "replay", "fold", "lifecycle")
-P99_LIMIT = 0.2
+SECTIONS = ("calibrate", "drain", "live", "scale", "replay", "fold", "lifecycle")
+# The targets of the live sweep: p99 per fraction of our single-event drain rate.
+LIVE_TARGETS = {1 / 3: 0.2, 1 / 2: 0.5}
+BUSY = 0.9  # cores: a worker behind its load that uses less is throttled, not busy
 
 
 @dataclass(frozen=True)
 class Plan:
     live_sessions: int
-    live_rates: tuple[int, ...]
+    live_rates: tuple[int, ...]  # events/s, when no fractions are given
+    live_fractions: tuple[float, ...]  # of our single-event drain rate
     live_seconds: float
     live_turns: int
     live_variants: tuple[tuple[tuple[str, str], ...], ...]  # worker settings per sweep
@@ -79,10 +88,11 @@ class Plan:
 
 FULL = Plan(
     live_sessions=600,
-    live_rates=(1500, 3000, 4500, 6000, 7500, 9000, 12000),
+    live_rates=(),
+    live_fractions=(1 / 6, 1 / 3, 1 / 2, 3 / 4, 1.0, 1.5),
     live_seconds=15,
     live_turns=16,
-    live_variants=((), (("STREAM_BATCH_WITHIN", "0.05"),)),
+    live_variants=((),),
     live_warmup=10,
     drain_sessions=40,
     drain_turns=30,
@@ -100,6 +110,7 @@ FULL = Plan(
 SMOKE = Plan(
     live_sessions=60,
     live_rates=(300, 1000),
+    live_fractions=(),
     live_seconds=3,
     live_turns=4,
     live_variants=((),),
@@ -126,17 +137,63 @@ def log(message: str) -> None:
 # --- live ---------------------------------------------------------------------------------------
 
 
-def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+def calibrate(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
+    """A fixed CPU-bound loop (best of 5, in a fresh interpreter) and, when installed,
+    Quix Streams draining the drain section's backlog of single events."""
+    loop = "import time\nbest = 1e9\nfor _ in range(5):\n    t = time.perf_counter()\n"
+    loop += "    total = 0\n    for i in range(2_000_000):\n        total += i * i % 7\n"
+    loop += "    best = min(best, time.perf_counter() - t)\nprint(best)"
+    done = subprocess.run([sys.executable, "-c", loop], capture_output=True, text=True, check=True)
+    found: dict[str, Any] = {"cpu_loop_ms": float(done.stdout) * 1000}
+    log(f"calibrate: CPU loop {found['cpu_loop_ms']:.0f} ms")
+    if "quix" in plan.drain_systems:
+        topic, messages, _ = _backlog(infra, work, plan, 1)
+        result = _drain_peer(infra, work, "quix", topic, messages)
+        found["quix_events_per_s"] = (result["events"] - result["before"]) / max(
+            result["seconds"], 1e-9
+        )
+        log(f"calibrate: Quix Streams {found['quix_events_per_s']:,.0f} events/s")
+    return found
+
+
+def live(
+    infra: Infra, work: Path, plan: Plan, drain_rate: float | None = None
+) -> list[dict[str, Any]]:
+    """The sweep at ``plan.live_fractions`` of ``drain_rate`` (our single-event drain,
+    measured here when not given), or at ``plan.live_rates``."""
+    steps: list[tuple[int, float | None]]
+    if plan.live_fractions:
+        if drain_rate is None:
+            topic, _, events = _backlog(infra, work, plan, 1)
+            result = _drain_ours(infra, work, topic, events)
+            drain_rate = (result["events"] - result["before"]) / max(result["seconds"], 1e-9)
+            log(f"live: our single-event drain {drain_rate:,.0f} events/s")
+        steps = [(max(100, round(drain_rate * f / 100) * 100), f) for f in plan.live_fractions]
+    else:
+        steps = [(rate, None) for rate in plan.live_rates]
     rows = []
     for variant in plan.live_variants:
-        rows += live_sweep(infra, work, plan, dict(variant))
+        rows += live_sweep(infra, work, plan, dict(variant), steps, drain_rate)
     return rows
 
 
 def live_sweep(
-    infra: Infra, work: Path, plan: Plan, variant: dict[str, str]
+    infra: Infra,
+    work: Path,
+    plan: Plan,
+    variant: dict[str, str],
+    steps: list[tuple[int, float | None]],
+    drain_rate: float | None,
 ) -> list[dict[str, Any]]:
-    corpus = corpus_sessions(work / "live-corpus", min(plan.live_sessions, 40), plan.live_turns)
+    # Enough turns that the fastest step does not run out of events.
+    turns = max(
+        plan.live_turns,
+        4
+        + int(sum(r for r, _ in steps) * plan.live_seconds * 1.2)
+        // max(1, plan.live_sessions)
+        // 20,
+    )
+    corpus = corpus_sessions(work / "live-corpus", min(plan.live_sessions, 40), turns)
     bases = list(corpus.values())
     sessions = [(f"live-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)]
     scenario = Scenario(infra, work, extra=variant)
@@ -155,12 +212,15 @@ def live_sweep(
     seen = 0
     try:
         # Warm-up, not measured: the broker's JIT, the worker's first rows and connections.
-        load.run(plan.live_rates[0], plan.live_warmup)
+        load.run(steps[0][0], plan.live_warmup)
         scenario.wait_accounted(load.total, timeout=120)
         time.sleep(1.0)
         seen = len(subscriber.arrivals())
-        for rate in plan.live_rates:
-            log(f"live: {rate:,} events/s over {plan.live_sessions} sessions {variant or ''}")
+        for rate, fraction in steps:
+            share = f" ({fraction:.2f} of our drain)" if fraction is not None else ""
+            log(
+                f"live: {rate:,} events/s{share} over {plan.live_sessions} sessions {variant or ''}"
+            )
             before = _counters(infra, worker, scenario)
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
             other0 = {name: cpu_seconds(pid) for name, pid in others.items()}
@@ -168,22 +228,36 @@ def live_sweep(
             cpu = worker.cpu_seconds() - cpu0
             wall = time.monotonic() - t0
             other = {f"cpu_{k}": (cpu_seconds(pid) - other0[k]) / wall for k, pid in others.items()}
+            backlog = max(0, load.total - scenario.accounted())  # events not yet in Redis
+            cleared: float | None
             try:
-                scenario.wait_accounted(load.total, timeout=120)
+                cleared = scenario.wait_accounted(load.total, timeout=120)
             except TimeoutError as error:
                 log(f"  not drained: {error}")
+                cleared = None
             time.sleep(1.0)  # the subscriber's last flush
             arrivals = subscriber.arrivals()
             step, seen = arrivals[seen:], len(arrivals)
             after = _counters(infra, worker, scenario)
             lat = summary(latencies(step, load.produced_at))
+            # Behind: more than a quarter second of load still waiting when it stopped.
+            behind = backlog > rate * 0.25
             row: dict[str, Any] = {
                 "rate": rate,
+                "fraction": fraction,
+                "drain_rate": drain_rate,
                 "variant": " ".join(f"{k}={v}" for k, v in variant.items()),
                 "achieved": sent / took,
                 "events": sent,
                 "updates": len(step),
                 "cpu": cpu / wall,
+                "backlog": backlog,
+                "clear_seconds": cleared,
+                # Events folded per second over the step and its clearing: rises with the
+                # load while the worker keeps up, and stays there above its capacity.
+                "throughput": sent / (took + (cleared or 0.0)),
+                "behind": behind,
+                "throttled": behind and cpu / wall < BUSY,
                 **other,
                 **{f"lat_{k}": v for k, v in lat.items()},
                 **_per_event(before, after, sent),
@@ -191,9 +265,11 @@ def live_sweep(
             rows.append(row)
             log(
                 f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms,"
-                f" worker {row['cpu']:.2f} cores, {row['events_per_batch']:.0f} events/batch"
+                f" worker {row['cpu']:.2f} cores, {row['events_per_batch']:.0f} events/batch,"
+                f" backlog {backlog:,} cleared in {cleared if cleared is not None else -1:.1f} s"
+                + ("  THROTTLED: behind under 0.9 cores" if row["throttled"] else "")
             )
-            if not lat["n"] or lat["p99"] > P99_LIMIT:
+            if not lat["n"] or cleared is None:
                 break
     finally:
         subscriber.stop()
@@ -232,14 +308,27 @@ def _per_event(before: dict[str, float], after: dict[str, float], events: int) -
 # --- drain --------------------------------------------------------------------------------------
 
 
-def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
-    corpus = corpus_sessions(work / "drain-corpus", plan.drain_sessions, plan.drain_turns)
-    rows = []
-    for segment in plan.drain_segments:
+_BACKLOGS: dict[tuple[str, int], tuple[str, int, int]] = {}
+
+
+def _backlog(infra: Infra, work: Path, plan: Plan, segment: int) -> tuple[str, int, int]:
+    """The drain corpus produced to a topic of its own, ``segment`` events per message:
+    (topic, messages, events); once per run and segment (every system reads the same)."""
+    key = (str(work), segment)
+    if key not in _BACKLOGS:
+        corpus = corpus_sessions(work / "drain-corpus", plan.drain_sessions, plan.drain_turns)
         topic = f"drain-{segment}-{os.getpid()}-{time.monotonic_ns() % 100_000}"
         infra.create_topic(topic, 6)
         messages, events = produce_backlog(infra, topic, corpus, segment)
         log(f"drain: {events:,} events in {messages:,} messages (segment {segment})")
+        _BACKLOGS[key] = (topic, messages, events)
+    return _BACKLOGS[key]
+
+
+def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+    rows = []
+    for segment in plan.drain_segments:
+        topic, messages, events = _backlog(infra, work, plan, segment)
         for system in plan.drain_systems:
             if system == "ours":
                 result = _drain_ours(infra, work, topic, events)
@@ -435,33 +524,15 @@ def render(result: dict[str, Any]) -> str:
     def add(section: str, what: str, value: str) -> None:
         rows.append((section, what, value))
 
-    for row in result.get("live", []):
-        add(
-            "live",
-            f"{row['rate']:,}/s over {result['plan']['live_sessions']} sessions"
-            + (f", {row['variant']}" if row["variant"] else ""),
-            f"p50 {n(row['lat_p50'] * 1000)} ms, p99 {n(row['lat_p99'] * 1000)} ms,"
-            f" max {n(row['lat_max'] * 1000)} ms; worker {row['cpu']:.2f} cores;"
-            f" {n(row['events_per_batch'], 1)} events/batch",
-        )
-        add(
-            "  machine",
-            f"at {row['rate']:,}/s",
-            "cores: "
-            + ", ".join(
-                f"{k.removeprefix('cpu_')} {v:.2f}" for k, v in row.items() if k.startswith("cpu_")
-            ),
-        )
-        add(
-            "  per event",
-            f"at {row['rate']:,}/s",
-            f"Kafka produce req {row['produce_requests_per_event']:.3f}, all req"
-            f" {row['kafka_requests_per_event']:.3f}; Redis cmds"
-            f" {row['redis_commands_per_event']:.1f} ({row['redis_scripts_per_event']:.2f}"
-            f" scripts); output rec {row['output_records_per_event']:.2f}, changelog rec"
-            f" {row['changelog_records_per_event']:.2f};"
-            f" updates {row['updates'] / row['events']:.2f}",
-        )
+    cal = result.get("calibrate")
+    if cal:
+        add("calibrate", "CPU loop (best of 5)", f"{cal['cpu_loop_ms']:.0f} ms")
+        if "quix_events_per_s" in cal:
+            add(
+                "calibrate",
+                "Quix Streams, single events",
+                f"{n(cal['quix_events_per_s'])} events/s",
+            )
     drains = result.get("drain", [])
     # The targets compare our drain at each segment size with Quix Streams draining the
     # same events one per message (the issue's method: "44,100 when the same events come
@@ -486,6 +557,55 @@ def render(result: dict[str, Any]) -> str:
                 f"segment {segment}: {_system_name(system)}",
                 f"{n(r['events_per_s'])} events/s ({n(r['messages_per_s'])} msg/s){ratio}",
             )
+    for row in result.get("live", []):
+        share = f" = {row['fraction']:.2f}x our drain" if row.get("fraction") else ""
+        target = next(
+            (
+                t
+                for f, t in LIVE_TARGETS.items()
+                if row.get("fraction") and abs(row["fraction"] - f) < 1e-6
+            ),
+            None,
+        )
+        verdict = ""
+        if target is not None:
+            ok = row["lat_p99"] < target
+            verdict = f" (target p99 < {target * 1000:.0f} ms: {'met' if ok else 'MISSED'})"
+        add(
+            "live",
+            f"{row['rate']:,}/s{share} over {result['plan']['live_sessions']} sessions"
+            + (f", {row['variant']}" if row["variant"] else ""),
+            f"p50 {n(row['lat_p50'] * 1000)} ms, p99 {n(row['lat_p99'] * 1000)} ms,"
+            f" max {n(row['lat_max'] * 1000)} ms{verdict}; worker {row['cpu']:.2f} cores;"
+            f" {n(row['events_per_batch'], 1)} events/batch",
+        )
+        cleared = row.get("clear_seconds")
+        add(
+            "  keeping up",
+            f"at {row['rate']:,}/s",
+            f"throughput {n(row.get('throughput', 0))} events/s; backlog at the end"
+            f" {n(row.get('backlog', 0))} events, cleared in"
+            f" {'n/a' if cleared is None else f'{cleared:.1f} s'}"
+            + ("; THROTTLED: behind under 0.9 cores" if row.get("throttled") else ""),
+        )
+        add(
+            "  machine",
+            f"at {row['rate']:,}/s",
+            "cores: "
+            + ", ".join(
+                f"{k.removeprefix('cpu_')} {v:.2f}" for k, v in row.items() if k.startswith("cpu_")
+            ),
+        )
+        add(
+            "  per event",
+            f"at {row['rate']:,}/s",
+            f"Kafka produce req {row['produce_requests_per_event']:.3f}, all req"
+            f" {row['kafka_requests_per_event']:.3f}; Redis cmds"
+            f" {row['redis_commands_per_event']:.1f} ({row['redis_scripts_per_event']:.2f}"
+            f" scripts); output rec {row['output_records_per_event']:.2f}, changelog rec"
+            f" {row['changelog_records_per_event']:.2f};"
+            f" updates {row['updates'] / row['events']:.2f}",
+        )
     for row in result.get("scale", []):
         add(
             "scale",
@@ -552,6 +672,18 @@ def _system_name(system: str) -> str:
     }[system]
 
 
+def _our_single_drain(result: dict[str, Any]) -> float | None:
+    """Our worker's single-event drain rate from this run's drain section, if it ran."""
+    return next(
+        (
+            r["events_per_s"]
+            for r in result.get("drain", [])
+            if r["system"] == "ours" and r["segment"] == 1
+        ),
+        None,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="the CI version (under a minute)")
@@ -561,7 +693,7 @@ def main() -> None:
     parser.add_argument(
         "--default-only",
         action="store_true",
-        help="live: only the default settings (no STREAM_BATCH_WITHIN=0.05 sweep)",
+        help="live: only the default settings (kept for old command lines: the default)",
     )
     args = parser.parse_args()
     only = [s for s in args.only.split(",") if s]
@@ -570,10 +702,11 @@ def main() -> None:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     plan = SMOKE if args.smoke else FULL
     if args.rates:
-        plan = Plan(**{**plan.__dict__, "live_rates": tuple(map(int, args.rates.split(",")))})
+        rates = tuple(map(int, args.rates.split(",")))
+        plan = Plan(**{**plan.__dict__, "live_rates": rates, "live_fractions": ()})
     if args.default_only:
         plan = Plan(**{**plan.__dict__, "live_variants": ((),)})
-    if "drain" in only and "quix" in plan.drain_systems:
+    if {"drain", "calibrate"} & set(only) and "quix" in plan.drain_systems:
         try:
             import quixstreams  # noqa: F401
         except ImportError:
@@ -596,8 +729,9 @@ def main() -> None:
     try:
         with infrastructure(work) as infra:
             sections: dict[str, Any] = {
-                "live": lambda: live(infra, work, plan),
+                "calibrate": lambda: calibrate(infra, work, plan),
                 "drain": lambda: drain(infra, work, plan),
+                "live": lambda: live(infra, work, plan, _our_single_drain(result)),
                 "scale": lambda: scale(infra, work, plan),
                 "replay": lambda: replay(infra, plan),
                 "fold": lambda: fold(plan),

@@ -155,6 +155,7 @@ class Settings:
     # s: the longest a fetch may wait at the broker for new records (Faust's 1.5 s put a busy
     # worker seconds behind: aiokafka's one fetch in flight held its busy partitions; note 016)
     fetch_max_wait: float = 0.05
+    rocksdb_write_buffer: int = 8 << 20  # bytes per memtable, two per partition's RocksDB
     standby_replicas: int = 0  # warm copies of each table partition on other workers
     reseed_on_assign: bool = True  # republish assigned partitions' rows to Redis (guarded)
     redis_check_interval: float = 5.0  # s between checks that Redis still holds our data
@@ -284,6 +285,9 @@ class Settings:
             batch_within=_float(env, "STREAM_BATCH_WITHIN", cls.batch_within),
             producer_linger=_float(env, "STREAM_PRODUCER_LINGER", cls.producer_linger),
             max_poll_interval=_float(env, "STREAM_MAX_POLL_INTERVAL", cls.max_poll_interval),
+            rocksdb_write_buffer=_int(
+                env, "STREAM_ROCKSDB_WRITE_BUFFER", cls.rocksdb_write_buffer, 1 << 20
+            ),
             fetch_max_wait=_bounded(
                 _float(env, "STREAM_FETCH_MAX_WAIT", cls.fetch_max_wait),
                 "STREAM_FETCH_MAX_WAIT",

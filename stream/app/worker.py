@@ -116,7 +116,7 @@ class Worker:
         # The input topic's records reach the agent in bulk (stream.app.consumer).
         consumer.install(app, [settings.input_topic], settings.fetch_max_wait)
         self.source = app.topic(settings.input_topic, partitions=self.partitions, **RAW)
-        self.table = SessionTable(app, self.partitions)
+        self.table = SessionTable(app, self.partitions, settings.rocksdb_write_buffer)
         sender = BatchSender(app)
         self.outbox = Outbox(sender, self.table, settings.output_topic, settings.dlq_topic)
         self.limits = settings.limits
