@@ -482,6 +482,8 @@ def fold(plan: Plan) -> dict[str, Any]:
     result["core"] = report["machine"]["core"]
     if "reference_missing" in report:
         result["reference_missing"] = report["reference_missing"]
+    if report.get("worst"):
+        result["worst"] = report["worst"]
     return result
 
 
@@ -635,6 +637,14 @@ def render(result: dict[str, Any]) -> str:
                     if ref
                     else ", reference not run"
                 ),
+            )
+        worst = fl.get("worst")
+        if worst:
+            add(
+                "fold",
+                "worst shape, whole process",
+                f"{worst['name']}: ours {n(worst['ours_events_per_s'])} events/s,"
+                f" reference {n(worst['reference_events_per_s'])}: {worst['speedup']:.2f}x",
             )
     lc = result.get("lifecycle")
     if lc and "error" in lc:

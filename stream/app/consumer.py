@@ -228,7 +228,9 @@ class BulkConsumer(faust_aiokafka.Consumer):
         await app.flow_control.acquire()  # held here while a rebalance suspends the flow
         await app.producer.buffer.wait_until_ebb()
         index = app.topics._tp_index  # type: ignore[attr-defined]
-        create_event = app.create_event
+        # What App.create_event builds, its class looked up once per fetch rather than
+        # through the settings descriptor per record (3 % of a busy worker's time).
+        event_type = app.conf.Event
         generation = app.consumer_generation_id
         read_offset = self._read_offset
         for message in messages:
@@ -242,7 +244,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
             message.incref(len(channels))
             for channel in channels:
                 if _is_raw(channel):
-                    event = create_event(message.key, message.value, message.headers, message)
+                    event = event_type(app, message.key, message.value, message.headers, message)
                 else:
                     event = await channel.decode(message, propagate=False)
                     if event is None:  # a decode error, reported by the channel; as Faust
