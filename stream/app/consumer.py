@@ -230,7 +230,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         index = app.topics._tp_index  # type: ignore[attr-defined]
         # What App.create_event builds, its class looked up once per fetch rather than
         # through the settings descriptor per record (3 % of a busy worker's time).
-        event_type = app.conf.Event
+        event_type: Any = app.conf.Event
         generation = app.consumer_generation_id
         read_offset = self._read_offset
         for message in messages:

@@ -197,6 +197,9 @@ class Worker:
         self._sweep_wanted.set()
 
     def _due(self, partition: int) -> bool:
+        publisher = self._publisher
+        if publisher is not None and publisher.state.retrying:
+            return False  # Redis is away: a sweep would only queue drops (Publisher.expire)
         now = self.stream_time.get(partition)
         first = self.deadlines.next_due(partition)
         return now is not None and first is not None and first < now - self.limits.session_ttl
@@ -218,12 +221,17 @@ class Worker:
                 result = sweep(partition, keys, self.table.load, ttl, self.limits.folds)
                 for key, touched in result.alive:
                     self.deadlines.set(partition, key, touched)
-                await self.publisher.expire(result)
+                removed = await self.publisher.expire(result)
+                if not removed:
+                    # Redis is away: the drops wait in its queue and the rows stay until a
+                    # later sweep finds them again (counted once: the cursor moved).
+                    for expired in result.expired:
+                        self.deadlines.set(partition, expired.key, expired.touched)
                 try:
-                    self.stats.observe_sweep(result)
+                    self.stats.observe_sweep(result, removed)
                 except Exception:
                     log.exception("metrics of a sweep not recorded")
-                return len(result.expired)
+                return len(result.expired) if removed else -1
         return -1
 
     async def _sweeper(self) -> None:

@@ -268,12 +268,15 @@ class Metrics:
         for part in result.partitions:
             census.observe_partition(part.partition, PartitionRow.decode(part.row))
 
-    def observe_sweep(self, sweep: SweepResult) -> None:
-        """A sweep's sessions left the rows (delivered)."""
+    def observe_sweep(self, sweep: SweepResult, removed: bool = True) -> None:
+        """A sweep's sessions expired; ``removed``: their rows are gone (delivered), else
+        they wait for Redis and a later sweep removes them (counted here, once)."""
         if not sweep.expired:
             return
         # A session an earlier sweep retired already is deleted again, not counted again.
         self.sessions_expired.labels("swept").inc(sum(not e.again for e in sweep.expired))
+        if not removed:
+            return
         census = self.census
         for expired in sweep.expired:
             census.observe(sweep.partition, expired.key, expired.part, None)

@@ -195,31 +195,43 @@ class Publisher:
             self.settings.input_topic, partition, self.generation, tally, row.expired
         )
 
-    async def expire(self, sweep: SweepResult) -> list[SessionUpdate]:
-        """A sweep's sessions out of every store: the partition row (the retired figure
-        and the cursor) first, then each session's changelog and output tombstones —
-        all confirmed — then the Redis drop (queued while Redis is away)."""
+    async def expire(self, sweep: SweepResult) -> bool:
+        """A sweep's sessions out of every store, in the order that survives a crash at
+        any point: the partition row (the retired figure and the cursor) first, then the
+        Redis drop, then each session's changelog and output tombstones, all confirmed.
+
+        Redis goes before the tombstones because only the rows can bring a drop back: a
+        worker that dies after the tombstones but before the drop would leave the
+        sessions in Redis for good (the next owner restores no row to sweep again),
+        whereas a death before the tombstones leaves the rows, which the next owner finds
+        due and sweeps again (counted nothing twice: the cursor). For the same reason,
+        when Redis is away (the drop only queued) no tombstone is written: returns False,
+        and the caller files the sessions again for a later sweep."""
         if not sweep.expired:
-            return []
+            return True
         gen = self.generation
+        outbox = self.outbox
+        if sweep.row:  # empty: every session was counted by an earlier sweep already
+            await _confirmed(
+                lambda: [outbox.write_row(PARTITION_KEY, sweep.row, sweep.partition)],
+                "expiry partition row",
+            )
         drops = [SessionUpdate.from_expired(e, gen) for e in sweep.expired]
+        retired = []
+        if sweep.row:
+            retired.append(self.retired_count(sweep.partition, PartitionRow.decode(sweep.row)))
+        if not await self.write_redis(drops, [], retired=retired):
+            return False
 
         def records() -> list[Awaitable[Any]]:
-            outbox = self.outbox
             futures = []
-            if sweep.row:  # empty: every session was counted by an earlier sweep already
-                futures.append(outbox.write_row(PARTITION_KEY, sweep.row, sweep.partition))
             for e in sweep.expired:
                 futures.append(outbox.write_row(e.key, None, sweep.partition))
                 futures.append(outbox.send_update(e.key, None, []))
             return futures
 
         await _confirmed(records, "expiry records")
-        retired = []
-        if sweep.row:
-            retired.append(self.retired_count(sweep.partition, PartitionRow.decode(sweep.row)))
-        await self.write_redis(drops, [], retired=retired)
-        return drops
+        return True
 
     async def deliver(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> None:
         """Every record of the batch, confirmed: per session its row and its output record
@@ -249,10 +261,11 @@ class Publisher:
         *,
         live: bool = True,
         retired: Sequence[RetiredCount] = (),
-    ) -> None:
+    ) -> bool:
         """Write to Redis, or queue when it is away. ``live``: updates of a batch just
         folded; False for a re-seed, whose rows may be overtaken by live updates meanwhile
-        (so Redis rejecting one as older is expected and not counted)."""
+        (so Redis rejecting one as older is expected and not counted). Returns whether
+        they were written now (False: queued)."""
         if self._pending or self._dead or self._retired:  # an outage is being worked off
             self._queue(updates, dead, live, retired)
         else:
@@ -271,9 +284,10 @@ class Publisher:
                 if live:
                     rejected = zip(updates, results, strict=False)
                     await self._rejected([u for u, r in rejected if r == 0 and not u.gone])
-                return
+                return True
         if not self._room.is_set():
             await self._room.wait()  # bounded memory: hold batches until under low water
+        return False
 
     def _queue(
         self,

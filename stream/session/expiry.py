@@ -107,6 +107,7 @@ class Expired:
     # restore that met the row but not its compacted-away tombstone): deleted again,
     # counted nothing twice.
     again: bool = False
+    touched: int = 0  # its last activity: where it is filed again if its drop must wait
 
 
 @dataclass(slots=True)
@@ -154,7 +155,9 @@ def sweep(
             row.cursor = (touched, session_id)
             result.retired.add(accounted)
             counted = True
-        expired = Expired(session_id, key, version_of(record), accounted, codec.part(record), again)
+        expired = Expired(
+            session_id, key, version_of(record), accounted, codec.part(record), again, touched
+        )
         result.expired.append(expired)
     if counted:
         result.row = row.encode()

@@ -900,3 +900,51 @@ def test_cluster_errors_are_transient_and_crossslot_is_not() -> None:
     assert outage_kind(unreachable) == "cluster"
     assert outage_kind(rx.RedisClusterException("No targets were found")) is None
     assert outage_kind(rx.ClusterCrossSlotError("Keys in request don't hash")) is None
+
+
+# --- expiry (note 013): the order that survives a crash ----------------------------------------
+def _swept() -> Any:
+    from stream.session.expiry import sweep
+    from stream.session.partition import PartitionRow
+
+    day = 86_400_000
+    rows: dict[bytes, bytes] = {}
+    messages = [
+        Message(b"old", user(0), TOPIC, 0, 0),
+        Message(
+            b"a", orjson.dumps(build.user_message(0, build.texts("x"), time=10 * day)), TOPIC, 0, 1
+        ),
+        Message(
+            b"b", orjson.dumps(build.user_message(0, build.texts("y"), time=11 * day)), TOPIC, 0, 2
+        ),
+    ]
+    result = fold_batch(messages, lambda key, _: rows.get(key))
+    for change in result.sessions:
+        rows[change.key] = change.row
+    for part in result.partitions:
+        rows[PARTITION_KEY] = part.row
+    assert PartitionRow.decode(rows[PARTITION_KEY]).now == 10 * day
+    return sweep(0, [b"old"], lambda key, _: rows.get(key), day)
+
+
+def test_an_expiry_drops_from_redis_before_any_tombstone() -> None:
+    """Only the rows can bring a lost drop back: a worker that died after the tombstones
+    but before the drop would leave the session in Redis for good."""
+    publisher, outbox, sink = make()
+    journal: list[str] = []
+    outbox.journal = sink.journal = journal
+    swept = _swept()
+    assert [e.session_id for e in swept.expired] == ["old"] and swept.row
+    assert run(publisher.expire(swept)) is True
+    assert journal == ["kafka row", "redis", "kafka row", "kafka update"]
+    assert outbox.log[0][1][0] == PARTITION_KEY  # the cursor first
+    assert outbox.log[1][1] == (b"old", None, 0) and outbox.log[2][1][1] is None
+
+
+def test_an_expiry_while_redis_is_away_writes_no_tombstone() -> None:
+    publisher, outbox, sink = make()
+    sink.fail = rx.ConnectionError("refused")
+    swept = _swept()
+    assert run(publisher.expire(swept)) is False
+    assert [kind for kind, _ in outbox.log] == ["row"]  # the partition row only
+    assert outbox.log[0][1][0] == PARTITION_KEY
