@@ -174,8 +174,13 @@ class Load:
                 "queue.buffering.max.messages": 1_000_000,
             }
         )
-        # Encoded ahead of time: the pacing loop only produces.
-        self.encoded = [[(dumps(e), int(e["seq"])) for e in events] for _, events in self.sessions]
+        # Encoded ahead of time: the pacing loop only produces. Sessions replaying the same
+        # log share its encoding.
+        shared: dict[int, list[tuple[bytes, int]]] = {}
+        for _, events in self.sessions:
+            if id(events) not in shared:
+                shared[id(events)] = [(dumps(e), int(e["seq"])) for e in events]
+        self.encoded = [shared[id(events)] for _, events in self.sessions]
 
     def run(self, rate: float, seconds: float) -> tuple[int, float]:
         """Produce at ``rate`` messages/s for ``seconds``; returns (messages, seconds taken)."""

@@ -148,7 +148,7 @@ class Settings:
     worker_id: str = ""  # names this worker's stats; default host-pid
     commit_interval: float = 2.8
     session_timeout: float = 30.0  # how soon the group notices a dead worker
-    batch_max: int = 2000
+    batch_max: int = 10_000  # a batch grows with the backlog up to this (note 016)
     batch_within: float = 0.0  # s: 0 takes what has arrived (latency first; note 011)
     producer_linger: float = 0.005  # s: records of a batch leave in few requests
     max_poll_interval: float = 3600.0  # s: a held batch must not drop the worker from its group

@@ -75,6 +75,9 @@ def faust_app(settings: Settings, partitions: int) -> faust.App:
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         broker_max_poll_interval=settings.max_poll_interval,
         stream_wait_empty=True,
+        # The agent's queue holds two full batches: the hand-over waits for room beyond
+        # that (consumer.BulkConsumer._room), and a batch can grow to its cap under load.
+        stream_buffer_maxsize=max(4096, 2 * settings.batch_max),
         Monitor=consumer.LeanMonitor,
     )
 

@@ -123,7 +123,7 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert dataclasses.replace(settings, worker_id="") == Settings()
     assert settings.dlq_topic == "dsh.session-events.dlq"
     assert settings.kafka == KafkaSecurity()
-    assert (settings.partitions, settings.batch_max, settings.batch_within) == (6, 2000, 0.0)
+    assert (settings.partitions, settings.batch_max, settings.batch_within) == (6, 10_000, 0.0)
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
 
