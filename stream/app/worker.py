@@ -156,10 +156,7 @@ class Worker:
         4. dead letters: what could not be read, with its reason;
         5. delivery: wait until the broker confirmed every record of 2-4 (re-sent with
            backoff; the batch is held, never committed past);
-        6. Redis: the updates in one round trip, guarded (queued while Redis is away),
-           sent while 5 waits: a crash before both are done refolds the batch from the
-           committed offset, which gives the same rows and versions (Redis' guard makes
-           the repeat a no-op), so neither has to wait for the other (note 016);
+        6. Redis: the updates in one round trip, guarded (queued while Redis is away);
         7. offsets: the batch's events acked, so Faust's next commit may pass them.
 
         Agent concurrency stays 1, so a commit never passes a message still being folded
@@ -180,12 +177,8 @@ class Worker:
         publisher = self.publisher
         with stats.publish_seconds.time():
             records = publisher.records(result)
-            # 5 and 6 wait together: the batch is acked only once both are done, so a
-            # crash between them refolds it, and the fold gives the same versions.
-            await asyncio.gather(
-                publisher.deliver(result, records),  # 2, 3, 4, 5
-                publisher.cache(result, records),  # 6
-            )
+            await publisher.deliver(result, records)  # 2, 3, 4, 5
+            await publisher.cache(result, records)  # 6
         self.totals.add(result.counts)
         self._log_resets(result)
         self._file(result)
