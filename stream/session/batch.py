@@ -410,12 +410,15 @@ class _Batch:
     def fold(self, message: Message) -> None:
         self.events = 1  # until decoded: a message nobody could take apart counts as one
         covered = self.partition(message.partition).row
+        # Taken before: by an earlier batch, or earlier in this one (a seek within a
+        # consumer generation fetches again what the agent's queue still holds).
+        again = message.offset <= covered.offset
         covered.offset = max(covered.offset, message.offset)
         session_id, items, latest = _decode(message, self.limits)
         letters = [item for item in items if type(item) is DeadLetter]
         self.events = len(items) - len(letters)
         if letters and not self.refolding:  # refolding: sent and accounted already
-            self.dead_letters(message, letters)
+            self.dead_letters(message, letters, 0 if again else None)
         if session_id is None or not self.events:
             return
         key = session_id.encode()

@@ -148,6 +148,19 @@ def test_the_partition_row_accounts_dead_letters_once_per_offset() -> None:
     assert orjson.loads(store[PARTITION_KEY])[:2] == [4, 6]
 
 
+def test_a_message_taken_twice_in_one_batch_counts_its_dead_letters_once() -> None:
+    """A seek within a consumer generation fetches again what the agent's queue still
+    holds, so one batch can carry the same offset twice (a fault-suite run counted 45
+    dead letters for 43)."""
+    store: dict[bytes, bytes] = {}
+    twice = [msg(b"junk", offset=4), msg([user(0), 42], offset=5)]
+    result = fold([*twice, *twice, msg(b"more", offset=6)], store)
+    assert result.counts.dead_lettered == 3
+    assert orjson.loads(store[PARTITION_KEY])[:2] == [3, 6]
+    (change,) = result.sessions
+    assert change.tally.as_list() == [1, 0, 0]  # the session's event, once
+
+
 @pytest.mark.parametrize("stored", [b"junk", b"[1]", b'[1,"2"]', b"{}"])
 def test_an_unreadable_partition_row_starts_its_count_over(stored: bytes) -> None:
     result = fold([msg(b"junk", offset=7)], {PARTITION_KEY: stored})
