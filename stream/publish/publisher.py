@@ -209,17 +209,15 @@ class Publisher:
         and the caller files the sessions again for a later sweep."""
         if not sweep.expired:
             return True
-        gen = self.generation
         outbox = self.outbox
+        retired = []
         if sweep.row:  # empty: every session was counted by an earlier sweep already
             await _confirmed(
                 lambda: [outbox.write_row(PARTITION_KEY, sweep.row, sweep.partition)],
                 "expiry partition row",
             )
-        drops = [SessionUpdate.from_expired(e, gen) for e in sweep.expired]
-        retired = []
-        if sweep.row:
             retired.append(self.retired_count(sweep.partition, PartitionRow.decode(sweep.row)))
+        drops = [SessionUpdate.from_expired(e, self.generation) for e in sweep.expired]
         if not await self.write_redis(drops, [], retired=retired):
             return False
 
