@@ -5,7 +5,7 @@
                                    [--only ttl|none] [--smoke] [--json PATH]
 
 Replays a compressed year through a local broker, the real worker (``stream worker``),
-RocksDB and redis-server: ``--sessions`` sessions (1,000,000) arrive evenly over
+RocksDB and redis-server: ``--sessions`` sessions (1,500,000) arrive evenly over
 ``--days`` simulated days (event times), each a ``session/start`` at seq 0 and 1 to 5 small
 events more, the last 1 to 5 days after the start. A session's first-day events travel as
 one message, the rest as a second (segments when they hold several), each produced at the
@@ -77,7 +77,7 @@ CLEANER_BROKER = {"log.cleaner.backoff.ms": "1000"}
 
 @dataclass(frozen=True)
 class Plan:
-    sessions: int = 1_000_000
+    sessions: int = 1_500_000
     days: int = 365
     ttl_days: float = 30
     # When the worker restarts from an empty state dir: "monthly", "some" (month 2, the
@@ -517,7 +517,7 @@ def year(infra: Infra, work: Path, plan: Plan, only: tuple[str, ...]) -> dict[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sessions", type=int, help="sessions over the year (1,000,000)")
+    parser.add_argument("--sessions", type=int, help="sessions over the year (1,500,000)")
     parser.add_argument("--days", type=int, help="simulated days (365)")
     parser.add_argument("--ttl-days", type=float, help="STREAM_SESSION_TTL of the TTL run (30)")
     parser.add_argument(

@@ -140,6 +140,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         to_message = self._to_message
         app = self.app
         bulk_topics: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
+        holes = self._holes
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(CONSUMER_FETCHING)
@@ -157,8 +158,9 @@ class BulkConsumer(faust_aiokafka.Consumer):
                     continue
                 epoch = self._seek_epoch
                 pending: list[Any] = []
+                stale = False
                 for tp, batch in records.items():
-                    if not self.flow_active or app.consumer_generation_id != generation:
+                    if stale or not self.flow_active or app.consumer_generation_id != generation:
                         break  # as getmany: the rest is fetched again after the rebalance
                     if not (active is None or tp in active or tp in self._buffered_partitions):
                         continue
@@ -171,7 +173,19 @@ class BulkConsumer(faust_aiokafka.Consumer):
                         if r_offset is not None and offset < r_offset:
                             continue  # already read (Faust logs "DROPPED MESSAGE ROFF")
                         if r_offset and offset - r_offset > 1 and acks_enabled_for(tp.topic):
+                            if bulk and not holes.confirmed(tp, r_offset, offset):
+                                # Fetch the span again before committing past it.
+                                if pending:
+                                    await self._hand_over(pending, epoch)
+                                    pending = []
+                                if self._seek_epoch != epoch or self.suspend_flow.is_set():
+                                    stale = True  # a seek or a rebalance came first
+                                    break
+                                await self._fetch_again(tp, r_offset, offset)
+                                break
                             await self._add_gap(tp, r_offset + 1, offset)
+                        elif bulk and holes.spans:
+                            holes.taken(tp, offset, self.log)
                         if commit_every is not None and self._n_acked >= commit_every:
                             self._n_acked = 0
                             await self.commit()
@@ -202,6 +216,31 @@ class BulkConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             unset_flag(CONSUMER_FETCHING)
+
+    @property
+    def _holes(self) -> "Holes":
+        holes: Holes | None = self.__dict__.get("_bulk_holes")
+        if holes is None:
+            holes = self.__dict__["_bulk_holes"] = Holes()
+        return holes
+
+    async def _fetch_again(self, tp: TP, last: int, offset: int) -> None:  # pragma: no cover
+        """Seek ``tp`` back to ``last``: the records up to ``offset`` come again (a
+        duplicate of ``last`` at most). Not a ``seek``: records of other partitions in
+        hand stay valid, so the seek epoch stays."""
+        self.log.info(
+            "%s: offsets %d..%d missing from the fetch: fetching from %d again",
+            tp,
+            last + 1,
+            offset - 1,
+            last,
+        )
+        try:
+            await self._seek(tp, last)
+        except Exception as error:  # no longer assigned: the rebalance seeks it anyway
+            self.log.info("%s: not fetched again (%r)", tp, error)
+            return
+        self._read_offset[tp] = last
 
     def _new_consumer_thread(self) -> "BackoffConsumerThread":
         return BackoffConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -273,6 +312,51 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 return False
             await asyncio.sleep(0.001)  # the agent takes a batch at a time
         return not suspended() and self._seek_epoch == epoch
+
+
+class Holes:
+    """Offsets missing between two records of one input partition, checked before Faust
+    may commit past them.
+
+    Faust counts a jump in offsets as a gap and commits past it: right for compacted and
+    transactional topics (removed records, commit markers), silent loss when the records
+    were fetched and not handed over, which a rebalance or a seek racing the drain loop
+    can do (a worker that took over a partition once committed past 57 records it never
+    saw). So a jump is fetched once more from the last record before it: a real hole
+    comes back the same and becomes Faust's gap; records that come back are taken, and
+    the loss it would have been is logged.
+    """
+
+    def __init__(self) -> None:
+        self.spans: dict[Any, tuple[int, int]] = {}  # tp -> (last, next), fetched again
+        self.refetched = 0  # spans whose records came back: a loss averted
+
+    def confirmed(self, tp: Any, last: int, offset: int) -> bool:
+        """True when this very jump was fetched again already (a real hole); otherwise it
+        is noted, and the caller fetches from ``last`` again."""
+        if self.spans.get(tp) == (last, offset):
+            del self.spans[tp]
+            return True
+        self.spans[tp] = (last, offset)
+        return False
+
+    def taken(self, tp: Any, offset: int, log: Any) -> None:
+        """A record of ``tp`` was taken without a jump before it."""
+        span = self.spans.get(tp)
+        if span is None:
+            return
+        last, following = span
+        if offset <= last:
+            return  # the record before the span, again (or a seek further back)
+        if offset < following:
+            self.refetched += 1
+            log.warning(
+                "%s: offsets %d..%d were fetched and not handed over; fetched again",
+                tp,
+                last + 1,
+                following - 1,
+            )
+        del self.spans[tp]
 
 
 class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -398,6 +482,7 @@ __all__ = [
     "BackoffConsumerThread",
     "BulkConsumer",
     "BulkTransport",
+    "Holes",
     "LeanMonitor",
     "ack",
     "batches",

@@ -365,3 +365,38 @@ def test_faust_is_the_version_the_bulk_consumer_was_written_against() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+class Log:
+    def __init__(self) -> None:
+        self.warnings: list[tuple[Any, ...]] = []
+
+    def warning(self, *args: Any) -> None:
+        self.warnings.append(args)
+
+
+def test_a_jump_in_offsets_is_fetched_again_before_it_counts_as_a_gap() -> None:
+    holes, tp = app_consumer.Holes(), ("events", 1)
+    assert not holes.confirmed(tp, 10, 70)  # first sight: fetch from 10 again
+    assert holes.confirmed(tp, 10, 70)  # the same jump again: a real hole (Faust's gap)
+    assert not holes.spans
+
+
+def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> None:
+    holes, tp, log = app_consumer.Holes(), ("events", 1), Log()
+    assert not holes.confirmed(tp, 10, 70)
+    holes.taken(tp, 10, log)  # the record before the span, again: still checking
+    assert holes.spans and not log.warnings
+    holes.taken(tp, 11, log)  # the span came back
+    assert holes.refetched == 1 and not holes.spans
+    assert log.warnings and log.warnings[0][2:] == (11, 69)
+    assert not holes.confirmed(tp, 69, 71)  # a later jump is checked afresh
+
+
+def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
+    holes = app_consumer.Holes()
+    assert not holes.confirmed(("events", 0), 5, 9)
+    assert not holes.confirmed(("events", 1), 5, 9)
+    assert not holes.confirmed(("events", 0), 5, 8)  # not the jump fetched again
+    assert holes.confirmed(("events", 0), 5, 8)
+    assert holes.confirmed(("events", 1), 5, 9)
