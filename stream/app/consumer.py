@@ -272,6 +272,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         event_type: Any = app.conf.Event
         generation = app.consumer_generation_id
         read_offset = self._read_offset
+        handed = self._holes.handed
         for message in messages:
             if message.generation_id != generation or self._seek_epoch != epoch:
                 return  # a rebalance or a seek: the rest is fetched again after it
@@ -293,7 +294,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 if queue.full() and not await self._room(queue, epoch):
                     return  # a rebalance or a seek: the rest is fetched again after it
                 queue.put_nowait(event)
-            read_offset[tp] = message.offset
+            read_offset[tp] = handed[tp] = message.offset
 
     async def _room(self, queue: Any, epoch: int) -> bool:
         """Wait until ``queue`` has room: the back-pressure of the bulk path.
@@ -329,7 +330,11 @@ class Holes:
 
     def __init__(self) -> None:
         self.spans: dict[Any, tuple[int, int]] = {}  # tp -> (last, next), fetched again
-        self.refetched = 0  # spans whose records came back: a loss averted
+        # tp -> the highest offset handed over: a seek's read offset can fall below it
+        # (``perform_seek`` sets it after its await, while records go on being handed
+        # over), and then the span comes back as redeliveries rather than as a loss.
+        self.handed: dict[Any, int] = {}
+        self.refetched = 0  # spans that came back without having been handed over
 
     def confirmed(self, tp: Any, last: int, offset: int) -> bool:
         """True when this very jump was fetched again already (a real hole); otherwise it
@@ -349,13 +354,17 @@ class Holes:
         if offset <= last:
             return  # the record before the span, again (or a seek further back)
         if offset < following:
-            self.refetched += 1
-            log.warning(
-                "%s: offsets %d..%d were fetched and not handed over; fetched again",
-                tp,
-                last + 1,
-                following - 1,
-            )
+            if self.handed.get(tp, -1) >= following - 1:
+                log.info("%s: offsets %d..%d again: redeliveries", tp, last + 1, following - 1)
+            else:
+                self.refetched += 1
+                log.warning(
+                    "%s: offsets %d..%d had been fetched and not handed over: a loss "
+                    "averted, they are taken now",
+                    tp,
+                    last + 1,
+                    following - 1,
+                )
         del self.spans[tp]
 
 

@@ -370,9 +370,13 @@ if __name__ == "__main__":  # pragma: no cover
 class Log:
     def __init__(self) -> None:
         self.warnings: list[tuple[Any, ...]] = []
+        self.infos: list[tuple[Any, ...]] = []
 
     def warning(self, *args: Any) -> None:
         self.warnings.append(args)
+
+    def info(self, *args: Any) -> None:
+        self.infos.append(args)
 
 
 def test_a_jump_in_offsets_is_fetched_again_before_it_counts_as_a_gap() -> None:
@@ -387,7 +391,7 @@ def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> No
     assert not holes.confirmed(tp, 10, 70)
     holes.taken(tp, 10, log)  # the record before the span, again: still checking
     assert holes.spans and not log.warnings
-    holes.taken(tp, 11, log)  # the span came back
+    holes.taken(tp, 11, log)  # the span came back, never handed over before
     assert holes.refetched == 1 and not holes.spans
     assert log.warnings and log.warnings[0][2:] == (11, 69)
     assert not holes.confirmed(tp, 69, 71)  # a later jump is checked afresh
@@ -400,3 +404,11 @@ def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
     assert not holes.confirmed(("events", 0), 5, 8)  # not the jump fetched again
     assert holes.confirmed(("events", 0), 5, 8)
     assert holes.confirmed(("events", 1), 5, 9)
+
+
+def test_a_span_handed_over_before_a_seek_moved_the_read_offset_back_is_redelivered() -> None:
+    holes, tp, log = app_consumer.Holes(), ("events", 0), Log()
+    holes.handed[tp] = 238  # taken, then perform_seek set the read offset back to 217
+    assert not holes.confirmed(tp, 217, 239)
+    holes.taken(tp, 218, log)
+    assert holes.refetched == 0 and not log.warnings and log.infos
