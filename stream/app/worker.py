@@ -177,6 +177,10 @@ class Worker:
         publisher = self.publisher
         with stats.publish_seconds.time():
             records = publisher.records(result)
+            try:  # no await before the rows go in (deliver): see observe_rows
+                stats.observe_rows(result)
+            except Exception:
+                log.exception("census of a batch not moved")
             await publisher.deliver(result, records)  # 2, 3, 4, 5
             await publisher.cache(result, records)  # 6
         self.totals.add(result.counts)

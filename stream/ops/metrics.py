@@ -262,6 +262,11 @@ class Metrics:
             self.positions[message.partition] = message.offset + 1
         if stamp:
             self.produce_to_redis.observe(max(0.0, time.time() - stamp))
+
+    def observe_rows(self, result: BatchResult) -> None:
+        """A batch's rows as they go into the store: the census moves with them, in the
+        same turn of the loop. Moved later (after the batch's awaits), a walk under way
+        could read a new session's row first and the census count it twice."""
         census = self.census
         for change in result.sessions:
             census.observe(change.partition, change.key, change.before, change.after)

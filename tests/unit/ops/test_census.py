@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream.ops.census import Census, Figures
-from stream.session.batch import PARTITION_KEY, fold_batch
+from stream.session.batch import PARTITION_KEY, Message, fold_batch
 from stream.session.partition import PartitionRow
 from tests.generators.extreme import extreme_messages
 from tests.unit.session.test_batch_hostile import messages_of
@@ -67,3 +67,38 @@ def test_an_unassigned_partition_is_dropped_and_a_new_one_walked() -> None:
     census.walked(1)
     assert census.assign([1, 3]) == [3]
     assert set(census.counted) == {1} and set(census.walking) == {3}
+
+
+def test_a_new_session_is_counted_once_when_the_census_moves_as_its_row_goes_in() -> None:
+    """The worker moves the census in the same turn of the loop as it writes a batch's
+    rows (``Metrics.observe_rows`` before ``Publisher.deliver``): a walk whose snapshot is
+    taken after the write skips the session and leaves it to the batch. Moved after the
+    write, the walk would count the new row and the batch add it again."""
+    first = fold_batch(
+        [Message(b"old", b'{"type":"turn/start","seq":0}', "e", 0, 0)], lambda key, _: None
+    )
+    rows = {c.key: c.row for c in first.sessions}
+    new = fold_batch(
+        [Message(b"new", b'{"type":"turn/start","seq":0}', "e", 0, 1)],
+        lambda key, _: rows.get(key),
+    )
+
+    def walk_after(observe_first: bool) -> Figures:
+        census = Census()
+        census.assign([0])
+        stored = dict(rows)
+        if observe_first:
+            for change in new.sessions:
+                census.observe(0, change.key, change.before, change.after)
+        stored.update({c.key: c.row for c in new.sessions})
+        for key in sorted(stored):  # the walk's snapshot: the new row is in it
+            census.visit(0, key, stored[key])
+        if not observe_first:
+            for change in new.sessions:
+                census.observe(0, change.key, change.before, change.after)
+        census.walked(0)
+        assert figures_of(stored).sessions == 2
+        return census.counted[0]
+
+    assert walk_after(observe_first=True).sessions == 2
+    assert walk_after(observe_first=False).sessions == 3  # the race this order closes

@@ -27,6 +27,7 @@ def value(m: Metrics, name: str, **labels: str) -> float | None:
 
 def batch(rows: dict[bytes, bytes], messages: list[Message], m: Metrics) -> Any:
     result = fold_batch(messages, lambda key, _: rows.get(key))
+    m.observe_rows(result)
     for change in result.sessions:
         rows[change.key] = change.row
     m.observe_batch(messages, result)
@@ -133,6 +134,7 @@ def test_a_sweep_that_repeats_an_earlier_one_counts_nothing_twice_and_keeps_the_
         value = orjson.dumps(list(events) if len(events) > 1 else events[0])
         messages = [Message(key, value, "events", 0, offset)]
         result = fold_batch(messages, lambda k, _: rows.get(k), limits)
+        m.observe_rows(result)
         for change in result.sessions:
             rows[change.key] = change.row
         for part in result.partitions:
