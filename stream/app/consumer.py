@@ -44,8 +44,9 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from faust.sensors.monitor import Monitor
-from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.consumer import CONSUMER_FETCHING, ensure_TP
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ack_lock
@@ -247,9 +248,38 @@ class BulkConsumer(faust_aiokafka.Consumer):
 
     _seek_epoch = 0  # bumped by every seek: records fetched before it are fetched again
 
-    async def perform_seek(self) -> None:
+    async def perform_seek(self) -> None:  # pragma: no cover - broker
+        """Faust's ``perform_seek`` (every assigned partition to its committed offset),
+        and the input's partitions without one to their beginning: aiokafka's
+        ``seek_to_committed`` leaves those where they are, so records fetched and dropped
+        since (a stale generation or seek epoch) would never come again, and with no
+        committed offset to hold it the commit would pass them."""
         self._seek_epoch += 1
-        await super().perform_seek()
+        committed = await self.seek_to_committed()
+        self._read_offset.update(
+            {
+                tp: offset if offset is not None and offset >= 0 else None
+                for tp, offset in committed.items()
+            }
+        )
+        self._committed_offset.update(
+            {
+                ensure_TP(tp): offset or None
+                for tp, offset in committed.items()
+                if offset is not None
+            }
+        )
+        bulk: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
+        fresh = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp, offset in committed.items()
+            if tp.topic in bulk and not offset
+        ]
+        if fresh:
+            try:
+                await self._thread.seek_to_beginning(*fresh)
+            except Exception as error:  # moved away meanwhile: the rebalance seeks again
+                self.log.info("not moved to their beginning: %s (%r)", fresh, error)
 
     async def seek(self, partition: TP, offset: int) -> None:
         self._seek_epoch += 1
