@@ -18,8 +18,10 @@ guarantees:
   partition paused at high pressure (the agent's is kept out of flow control's clearing:
   ``_keep_on_resume``). A full queue waits — for room or for the rebalance that suspends
   the flow, as Faust's ``wait_first`` does. Records fetched before a rebalance or a seek
-  are dropped without moving the read offset, so they are fetched again. Other topics
-  take Faust's path.
+  are dropped without moving the read offset, so they are fetched again. A jump in an
+  input partition's offsets is fetched again once before Faust may commit past it
+  (``Holes``), and ``perform_seek`` moves partitions without a committed offset to their
+  beginning. Other topics take Faust's path.
 - ``batches``: the agent drains its channel's queue in bulk instead of iterating the
   stream: up to ``max_`` events, whatever has arrived when the agent is free (the batch
   grows with the load by itself). Events taken while flow control is suspended wait for
