@@ -304,6 +304,8 @@ def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[s
         "output_records": infra.end_offsets(scenario.output_topic),
         "changelog_records": infra.end_offsets(scenario.changelog_topic),
         "batches": worker.metric("stream_batches_total"),
+        "fold_seconds": worker.metric("stream_fold_seconds_sum"),
+        "publish_seconds": worker.metric("stream_publish_seconds_sum"),
     }
 
 
@@ -318,6 +320,13 @@ def _per_event(before: dict[str, float], after: dict[str, float], events: int) -
         "output_records_per_event": d["output_records"] / n,
         "changelog_records_per_event": d["changelog_records"] / n,
         "events_per_batch": n / d["batches"] if d["batches"] else float("nan"),
+        # Where a batch's time goes: folding, and waiting for Kafka and Redis (the rest of
+        # a worker's time is the hand-over, acks, metrics and waiting for events).
+        "fold_ms_per_batch": 1e3 * d["fold_seconds"] / d["batches"] if d["batches"] else 0.0,
+        "publish_ms_per_batch": (
+            1e3 * d["publish_seconds"] / d["batches"] if d["batches"] else 0.0
+        ),
+        "batches": d["batches"],
     }
 
 
@@ -625,6 +634,13 @@ def render(result: dict[str, Any]) -> str:
             f" {row['changelog_records_per_event']:.2f};"
             f" updates {row['updates'] / row['events']:.2f}",
         )
+        if row.get("batches"):
+            add(
+                "  per batch",
+                f"at {row['rate']:,}/s",
+                f"fold {row['fold_ms_per_batch']:.1f} ms, Kafka and Redis"
+                f" {row['publish_ms_per_batch']:.1f} ms; {n(row['batches'])} batches",
+            )
     for row in result.get("scale", []):
         add(
             "scale",
