@@ -20,7 +20,7 @@ guarantees:
   the flow, as Faust's ``wait_first`` does. Records fetched before a rebalance or a seek
   are dropped without moving the read offset, so they are fetched again. A jump in an
   input partition's offsets is fetched again once before Faust may commit past it
-  (``Holes``), and ``seek_to_committed`` moves partitions without a committed offset to their
+  (``Holes``), and ``perform_seek`` moves partitions without a committed offset to their
   beginning. Other topics take Faust's path.
 - ``batches``: the agent drains its channel's queue in bulk instead of iterating the
   stream: up to ``max_`` events, whatever has arrived when the agent is free (the batch
@@ -48,7 +48,7 @@ from typing import Any
 
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
 from faust.sensors.monitor import Monitor
-from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.consumer import CONSUMER_FETCHING, ensure_TP
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ack_lock
@@ -125,10 +125,6 @@ def _is_raw(channel: Any) -> bool:
 class BulkConsumer(faust_aiokafka.Consumer):
     """The aiokafka driver's consumer, handing records of the transport's ``bulk_topics``
     over in bulk."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._holes = Holes()
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - broker
         # Faust's loop (Consumer._drain_messages with Consumer.getmany inlined, 0.15.3):
@@ -224,6 +220,13 @@ class BulkConsumer(faust_aiokafka.Consumer):
         finally:
             unset_flag(CONSUMER_FETCHING)
 
+    @property
+    def _holes(self) -> "Holes":
+        holes: Holes | None = self.__dict__.get("_bulk_holes")
+        if holes is None:
+            holes = self.__dict__["_bulk_holes"] = Holes()
+        return holes
+
     async def _fetch_again(self, tp: TP, last: int, offset: int) -> None:  # pragma: no cover
         """Seek ``tp`` back to ``last``: the records up to ``offset`` come again (a
         duplicate of ``last`` at most). Not a ``seek``: records of other partitions in
@@ -247,16 +250,27 @@ class BulkConsumer(faust_aiokafka.Consumer):
 
     _seek_epoch = 0  # bumped by every seek: records fetched before it are fetched again
 
-    async def perform_seek(self) -> None:
+    async def perform_seek(self) -> None:  # pragma: no cover - broker
+        """Faust's ``perform_seek`` (every assigned partition to its committed offset),
+        and the input's partitions without one to their beginning: aiokafka's
+        ``seek_to_committed`` leaves those where they are, so records fetched and dropped
+        since (a stale generation or seek epoch) would never come again, and with no
+        committed offset to hold it the commit would pass them."""
         self._seek_epoch += 1
-        await super().perform_seek()
-
-    async def seek_to_committed(self) -> Any:  # pragma: no cover - broker
-        """aiokafka's ``seek_to_committed``, and the input's partitions without a committed
-        offset to their beginning: aiokafka leaves those where they are, so records
-        fetched and dropped since (a stale generation or seek epoch) would never come
-        again, and with no committed offset to hold it the commit would pass them."""
-        committed = await super().seek_to_committed()
+        committed = await self.seek_to_committed()
+        self._read_offset.update(
+            {
+                tp: offset if offset is not None and offset >= 0 else None
+                for tp, offset in committed.items()
+            }
+        )
+        self._committed_offset.update(
+            {
+                ensure_TP(tp): offset or None
+                for tp, offset in committed.items()
+                if offset is not None
+            }
+        )
         bulk: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
         fresh = [
             TopicPartition(tp.topic, tp.partition)
@@ -268,7 +282,6 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 await self._thread.seek_to_beginning(*fresh)
             except Exception as error:  # moved away meanwhile: the rebalance seeks again
                 self.log.info("not moved to their beginning: %s (%r)", fresh, error)
-        return committed
 
     async def seek(self, partition: TP, offset: int) -> None:
         self._seek_epoch += 1
