@@ -53,6 +53,8 @@ CORE: Final = (
     "stream.session.processor",
     "stream.session.offline",
     "stream.session.codec",
+    "stream.session.partition",
+    "stream.session.batch",
 )
 
 SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent  # the directory holding stream/

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stream import native
 from stream.session import batch as batch_module
 from stream.session import codec
 from stream.session.batch import (
@@ -233,6 +234,9 @@ def test_a_reset_after_a_gap_keeps_every_count_non_negative_and_retires_the_old_
     assert not note.applied
 
 
+@pytest.mark.skipif(
+    native.ACTIVE, reason="patches codec.encode, which compiled callers do not look up"
+)  # `make unit` runs it in its pure-Python pass
 def test_a_session_that_cannot_be_encoded_costs_only_the_message_that_broke_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
