@@ -7,6 +7,7 @@ partition of the input events they fold (docs/notes/002); a partition's own row 
 under ``session.batch.PARTITION_KEY``.
 """
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,8 @@ import faust
 from faust.types import TP
 
 from stream.ops.control import TABLE
+from stream.session.batch import SessionChange
+from stream.session.processor import SessionRecord
 
 RAW: dict[str, Any] = {
     "key_type": bytes,
@@ -23,8 +26,44 @@ RAW: dict[str, Any] = {
 }
 
 
+class KeptRecords:
+    """The decoded records of the rows written last, at most ``keep``: a session's next
+    batch folds on from memory instead of decoding its row (docs/notes/016)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        # Least recently written first: every write moves a session to the end.
+        self._records: OrderedDict[tuple[int, bytes], tuple[bytes, SessionRecord]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def recall(self, key: bytes, partition: int, row: bytes) -> SessionRecord | None:
+        """The record kept for ``row`` (the core's ``batch.Recall``), handed out once: the
+        fold goes on folding it in place."""
+        kept = self._records.pop((partition, key), None)
+        if kept is None or kept[0] != row:  # a restore or a sweep wrote the row since
+            return None
+        return kept[1]
+
+    def remember(self, changes: list[SessionChange]) -> None:
+        """Keep the records a batch wrote; past ``keep`` the least recently written go."""
+        if self.keep <= 0:
+            return
+        records = self._records
+        for change in changes:
+            if change.record is not None:
+                where = (change.partition, change.key)
+                records.pop(where, None)
+                records[where] = (change.row, change.record)
+        while len(records) > self.keep:
+            records.popitem(last=False)
+
+
 class SessionTable:
-    def __init__(self, app: faust.App, partitions: int, write_buffer: int = 8 << 20) -> None:
+    def __init__(
+        self, app: faust.App, partitions: int, write_buffer: int = 8 << 20, keep: int = 0
+    ) -> None:
         table = app.Table(
             TABLE,
             default=None,
@@ -47,6 +86,7 @@ class SessionTable:
         table.changelog_topic = table._new_changelog_topic()  # type: ignore[attr-defined]
         self.table: Any = table
         self.changelog: str = table.changelog_topic.get_topic_name()
+        self.kept = KeptRecords(keep)
 
     def load(self, key: bytes, partition: int) -> bytes | None:
         """The stored row under ``key`` in ``partition`` (the core's ``load``)."""
@@ -76,4 +116,4 @@ class SessionTable:
         return items
 
 
-__all__ = ["SessionTable"]
+__all__ = ["KeptRecords", "SessionTable"]

@@ -119,7 +119,9 @@ class Worker:
         # The input topic's records reach the agent in bulk (stream.app.consumer).
         consumer.install(app, [settings.input_topic], settings.fetch_max_wait)
         self.source = app.topic(settings.input_topic, partitions=self.partitions, **RAW)
-        self.table = SessionTable(app, self.partitions, settings.rocksdb_write_buffer)
+        self.table = SessionTable(
+            app, self.partitions, settings.rocksdb_write_buffer, settings.keep_records
+        )
         sender = BatchSender(app)
         self.outbox = Outbox(sender, self.table, settings.output_topic, settings.dlq_topic)
         self.limits = settings.limits
@@ -173,7 +175,7 @@ class Worker:
             for m in (e.message for e in events)
         ]
         with stats.fold_seconds.time():
-            result = fold_batch(messages, self.table.load, self.limits)  # 1
+            result = fold_batch(messages, self.table.load, self.limits, self.table.kept.recall)  # 1
         publisher = self.publisher
         with stats.publish_seconds.time():
             records = publisher.records(result)
@@ -182,7 +184,9 @@ class Worker:
             except Exception:
                 log.exception("census of a batch not moved")
             await publisher.deliver(result, records)  # 2, 3, 4, 5
-            await publisher.cache(result, records)  # 6
+            self.table.kept.remember(result.sessions)
+            with stats.redis_seconds.time():
+                await publisher.cache(result, records)  # 6
         self.totals.add(result.counts)
         self._log_resets(result)
         self._file(result)

@@ -50,6 +50,7 @@ class Metrics:
     batch_size: Histogram
     fold_seconds: Histogram
     publish_seconds: Histogram
+    redis_seconds: Histogram
     produce_to_redis: Histogram
     redelivered: Counter
     quarantined: Counter
@@ -109,6 +110,12 @@ class Metrics:
             publish_seconds=Histogram(
                 "stream_publish_seconds",
                 "Time to deliver a batch to Kafka and Redis",
+                buckets=seconds,
+                registry=r,
+            ),
+            redis_seconds=Histogram(
+                "stream_redis_write_seconds",
+                "Time to write a delivered batch to Redis (part of stream_publish_seconds)",
                 buckets=seconds,
                 registry=r,
             ),

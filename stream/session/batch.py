@@ -192,6 +192,15 @@ class SessionChange:
     # The session had expired and started a new life in this batch: the version its old
     # life last published, which Redis and the output topic drop first.
     expired: Version | None = None
+    # The record ``row`` encodes, for the caller to hand back through ``recall`` instead
+    # of decoding ``row`` again; None when the session had to be rescued.
+    record: SessionRecord | None = None
+
+
+# ``recall(key, partition, row)``: the record the caller kept for a row it is handed (the
+# ``record`` of the change that wrote ``row``), or None. A record is handed out once: the
+# fold goes on folding it in place.
+Recall = Callable[[bytes, int, bytes], SessionRecord | None]
 
 
 @dataclass(slots=True)
@@ -379,8 +388,14 @@ class _OpenPartition:
 class _Batch:
     """The state of one batch fold: the rows it loaded and what it changed."""
 
-    def __init__(self, load: Callable[[bytes, int], bytes | None], limits: Limits) -> None:
+    def __init__(
+        self,
+        load: Callable[[bytes, int], bytes | None],
+        limits: Limits,
+        recall: Recall | None = None,
+    ) -> None:
         self.load = load
+        self.recall = recall
         self.limits = limits
         self.folds = limits.folds
         self.result = BatchResult()
@@ -401,7 +416,13 @@ class _Batch:
     def session(self, partition: int, key: bytes, first_seq: int) -> _Open:
         entry = self.sessions.get((partition, key))
         if entry is None:
-            record, stored = _restore(self.load(key, partition), first_seq, self.limits, self.folds)
+            row = self.load(key, partition)
+            kept = None if row is None or self.recall is None else self.recall(key, partition, row)
+            stored: codec.RowPart | None
+            if kept is not None:  # the record that row was encoded from: no decode
+                record, stored = kept, codec.part(kept)
+            else:
+                record, stored = _restore(row, first_seq, self.limits, self.folds)
             before = record.accounted
             entry = _Open(record, before, first_seq, stored)
             self.sessions[(partition, key)] = entry
@@ -563,6 +584,7 @@ class _Batch:
             ("faults" in body, (accounted.folded, accounted.duplicate, accounted.faulted)),
             self.partition(session_key[0]).row.touched(record),
             entry.expired,
+            record,
         )
 
     def rescue(self, session_key: tuple[int, bytes]) -> SessionChange:
@@ -593,6 +615,7 @@ class _Batch:
                 self.dead_letters(message, [letter], count or self.events)
             finally:
                 self.refolding = False
+        good.record = None  # folded on past ``good.row`` by a message that broke it
         return good
 
     def finish(self) -> BatchResult:
@@ -630,9 +653,11 @@ def fold_batch(
     messages: Iterable[Message],
     load: Callable[[bytes, int], bytes | None],
     limits: Limits = Limits(),
+    recall: Recall | None = None,
 ) -> BatchResult:
     """Fold a batch. ``load(key, partition)`` returns the stored row under ``key`` in
-    that input partition's table, if any.
+    that input partition's table, if any; ``recall`` (optional) the record a stored row
+    was encoded from, which spares decoding it (see ``Recall``).
 
     Every session the batch touched gets its row written and one update published, once:
     the update carries the session's ``seq`` even when no view moved (readers see it is
@@ -643,7 +668,7 @@ def fold_batch(
     Never raises for what a message holds: an error while folding a message quarantines
     it, and so does one while encoding its session's row or update (``_Batch.rescue``).
     """
-    batch = _Batch(load, limits)
+    batch = _Batch(load, limits, recall)
     for message in messages:
         try:
             batch.fold(message)
@@ -684,6 +709,7 @@ __all__ = [
     "Message",
     "Outcome",
     "PartitionChange",
+    "Recall",
     "ResetNote",
     "SessionChange",
     "Version",
