@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import orjson
 
-from benchmarks.batch import messages
+from benchmarks.batch import simple as messages
 from stream.session.batch import Limits, Message, fold_batch
 from stream.session.expiry import Deadlines, sweep
 from stream.session.partition import PARTITION_KEY, PartitionRow
