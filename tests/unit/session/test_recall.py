@@ -108,7 +108,7 @@ EXPIRY = Limits(session_ttl=5_000)
 
 
 @settings(
-    max_examples=150,
+    max_examples=80,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -120,7 +120,7 @@ def test_recalled_records_fold_exactly_as_decoded_rows(
 
 
 @settings(
-    max_examples=100,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
