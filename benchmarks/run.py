@@ -72,6 +72,7 @@ class Plan:
     live_turns: int
     live_variants: tuple[tuple[tuple[str, str], ...], ...]  # worker settings per sweep
     live_warmup: float  # seconds at the first rate before measuring
+    live_repeat: int  # sweeps per variant, each on a fresh worker (the p99 is bimodal)
     drain_sessions: int
     drain_turns: int
     drain_segments: tuple[int, ...]
@@ -94,6 +95,7 @@ FULL = Plan(
     live_turns=16,
     live_variants=((),),
     live_warmup=10,
+    live_repeat=1,
     drain_sessions=40,
     drain_turns=30,
     drain_segments=(1, 16, 64),
@@ -115,6 +117,7 @@ SMOKE = Plan(
     live_turns=4,
     live_variants=((),),
     live_warmup=1,
+    live_repeat=1,
     drain_sessions=12,
     drain_turns=6,
     drain_segments=(1,),
@@ -173,8 +176,24 @@ def live(
         steps = [(rate, None) for rate in plan.live_rates]
     rows = []
     for variant in plan.live_variants:
-        rows += live_sweep(infra, work, plan, dict(variant), steps, drain_rate)
+        for run in range(1, plan.live_repeat + 1):
+            swept = live_sweep(infra, work, plan, dict(variant), steps, drain_rate)
+            rows += [{**row, "run": run} for row in swept]
     return rows
+
+
+def regime(row: dict[str, Any], sessions: int) -> str:
+    """Which of the two regimes a live step settled in (docs/notes/016): batches smaller
+    than the sessions (each session about once a batch, the cost per event), or larger
+    (sessions coalesced, the cost per session touched). The same rate can settle in
+    either, with p99 2-4x apart, so a step's p99 is read with its regime."""
+    per_batch = row.get("events_per_batch", float("nan"))
+    touched = per_batch * row["updates"] / row["events"] if row.get("events") else float("nan")
+    name = "small batches" if per_batch <= sessions else "large batches"
+    return (
+        f"{name}: {per_batch:,.0f} events over {touched:,.0f} sessions a batch"
+        f" ({per_batch / max(touched, 1e-9):.1f} events per session)"
+    )
 
 
 def live_sweep(
@@ -272,7 +291,7 @@ def live_sweep(
             rows.append(row)
             log(
                 f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms,"
-                f" worker {row['cpu']:.2f} cores, {row['events_per_batch']:.0f} events/batch,"
+                f" worker {row['cpu']:.2f} cores, {regime(row, plan.live_sessions)},"
                 f" backlog {backlog:,} cleared in {cleared if cleared is not None else -1:.1f} s"
                 + f", machine idle {idle:.2f} cores"
                 + ("  THROTTLED: behind under 0.9 cores with CPU idle" if row["throttled"] else "")
@@ -600,14 +619,18 @@ def render(result: dict[str, Any]) -> str:
         if target is not None:
             ok = row["lat_p99"] < target
             verdict = f" (target p99 < {target * 1000:.0f} ms: {'met' if ok else 'MISSED'})"
+        repeat = result["plan"].get("live_repeat", 1)
         add(
             "live",
             f"{row['rate']:,}/s{share} over {result['plan']['live_sessions']} sessions"
+            + (f", run {row['run']}" if repeat > 1 and row.get("run") else "")
             + (f", {row['variant']}" if row["variant"] else ""),
             f"p50 {n(row['lat_p50'] * 1000)} ms, p99 {n(row['lat_p99'] * 1000)} ms,"
             f" max {n(row['lat_max'] * 1000)} ms{verdict}; worker {row['cpu']:.2f} cores;"
             f" {n(row['events_per_batch'], 1)} events/batch",
         )
+        if row.get("events"):
+            add("  regime", f"at {row['rate']:,}/s", regime(row, result["plan"]["live_sessions"]))
         cleared = row.get("clear_seconds")
         add(
             "  keeping up",
@@ -738,6 +761,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--rates", help="live rates, comma-separated (overrides the plan)")
     parser.add_argument(
+        "--live-repeat",
+        type=int,
+        default=0,
+        help="live: run the sweep this many times, each on a fresh worker (the p99 of a"
+        " step is bimodal: read several runs before claiming a change)",
+    )
+    parser.add_argument(
         "--default-only",
         action="store_true",
         help="live: only the default settings (kept for old command lines: the default)",
@@ -753,6 +783,8 @@ def main() -> None:
         plan = Plan(**{**plan.__dict__, "live_rates": rates, "live_fractions": ()})
     if args.default_only:
         plan = Plan(**{**plan.__dict__, "live_variants": ((),)})
+    if args.live_repeat > 0:
+        plan = Plan(**{**plan.__dict__, "live_repeat": args.live_repeat})
     if {"drain", "calibrate"} & set(only) and "quix" in plan.drain_systems:
         try:
             import quixstreams  # noqa: F401

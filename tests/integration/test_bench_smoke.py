@@ -35,3 +35,4 @@ def test_the_benchmark_smoke_run_fills_every_section(
     assert [r["workers"] for r in result["scale"]] == [1, 2]
     assert result["fold"]["unpacked"]["ours"]["events"] > 0
     assert "live" in done.stdout and "drain" in done.stdout
+    assert "  regime" in done.stdout and "events per session" in done.stdout
