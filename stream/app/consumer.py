@@ -181,7 +181,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
                                 if pending:
                                     await self._hand_over(pending, epoch)
                                     pending = []
-                                if self._seek_epoch != epoch or self.suspend_flow.is_set():
+                                if self._seek_moved(epoch) or self.suspend_flow.is_set():
                                     stale = True  # a seek or a rebalance came first
                                     break
                                 await self._fetch_again(tp, r_offset, offset)
@@ -255,8 +255,22 @@ class BulkConsumer(faust_aiokafka.Consumer):
         and the input's partitions without one to their beginning: aiokafka's
         ``seek_to_committed`` leaves those where they are, so records fetched and dropped
         since (a stale generation or seek epoch) would never come again, and with no
-        committed offset to hold it the commit would pass them."""
+        committed offset to hold it the commit would pass them.
+
+        The epoch moves at both ends and nothing is handed over in between
+        (``_seeking``): records fetched before the seek took effect (from wherever the
+        fetcher was, e.g. past a span recovery skipped as not yet active) must not reach
+        the agent ahead of the records the seek brings back, nor set a read offset past
+        them after the seek set it."""
         self._seek_epoch += 1
+        self._seeking += 1
+        try:
+            await self._seek_to_committed()
+        finally:
+            self._seeking -= 1
+            self._seek_epoch += 1
+
+    async def _seek_to_committed(self) -> None:  # pragma: no cover - broker
         committed = await self.seek_to_committed()
         self._read_offset.update(
             {
@@ -283,9 +297,17 @@ class BulkConsumer(faust_aiokafka.Consumer):
             except Exception as error:  # moved away meanwhile: the rebalance seeks again
                 self.log.info("not moved to their beginning: %s (%r)", fresh, error)
 
+    _seeking = 0  # ``perform_seek``s under way: nothing is handed over meanwhile
+
     async def seek(self, partition: TP, offset: int) -> None:
         self._seek_epoch += 1
         await super().seek(partition, offset)
+
+    def _seek_moved(self, epoch: int) -> bool:
+        """A seek began since ``epoch`` was read, or a ``perform_seek`` ended or is under
+        way: what was fetched meanwhile is dropped and fetched again from where the seek
+        put it (``perform_seek`` puts every input partition somewhere)."""
+        return self._seeking > 0 or self._seek_epoch != epoch
 
     async def _hand_over(self, messages: list[Any], epoch: int) -> None:  # pragma: no cover
         """What the conductor does per record (``ConductorHandler``), once per fetch, and
@@ -306,7 +328,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         read_offset = self._read_offset
         handed = self._holes.handed
         for message in messages:
-            if message.generation_id != generation or self._seek_epoch != epoch:
+            if message.generation_id != generation or self._seek_moved(epoch):
                 return  # a rebalance or a seek: the rest is fetched again after it
             tp = message.tp
             channels = index.get(tp)
@@ -341,10 +363,10 @@ class BulkConsumer(faust_aiokafka.Consumer):
         """
         suspended = self.suspend_flow.is_set
         while queue.full():
-            if suspended() or self._seek_epoch != epoch:
+            if suspended() or self._seek_moved(epoch):
                 return False
             await asyncio.sleep(0.001)  # the agent takes a batch at a time
-        return not suspended() and self._seek_epoch == epoch
+        return not suspended() and not self._seek_moved(epoch)
 
 
 class Holes:

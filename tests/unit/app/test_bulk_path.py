@@ -412,3 +412,39 @@ def test_a_span_handed_over_before_a_seek_moved_the_read_offset_back_is_redelive
     assert not holes.confirmed(tp, 217, 239)
     holes.taken(tp, 218, log)
     assert holes.refetched == 0 and not log.warnings and log.infos
+
+
+def test_nothing_fetched_before_or_during_a_seek_to_committed_is_handed_over() -> None:
+    """Table recovery skips an input partition's records as not yet active (the fetcher
+    moves past them), then seeks every partition to its committed offset. A fetch taken
+    while that seek is under way comes from where the fetcher was: handing it over would
+    fold later records first and set a read offset past those the seek brings back."""
+    bulk = object.__new__(app_consumer.BulkConsumer)
+    seeking = asyncio.Event()
+    release = asyncio.Event()
+
+    async def seek_to_committed() -> dict[Any, int]:
+        seeking.set()
+        await release.wait()
+        return {}
+
+    bulk.__dict__.update(
+        seek_to_committed=seek_to_committed,
+        _read_offset={},
+        _committed_offset={},
+        transport=type("T", (), {"bulk_topics": frozenset({"events"})})(),
+    )
+
+    async def go() -> None:
+        before = bulk._seek_epoch
+        assert not bulk._seek_moved(before)
+        seek = asyncio.ensure_future(bulk.perform_seek())
+        await seeking.wait()
+        during = bulk._seek_epoch  # a fetch whose epoch is read while the seek runs
+        assert bulk._seek_moved(before) and bulk._seek_moved(during)
+        release.set()
+        await seek
+        assert bulk._seek_moved(before) and bulk._seek_moved(during)
+        assert not bulk._seek_moved(bulk._seek_epoch)  # what is fetched after it goes
+
+    asyncio.run(go())
