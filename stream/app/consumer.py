@@ -13,24 +13,26 @@ guarantees:
 
 - ``BulkConsumer``: for the topics named in ``bulk_topics`` (the agent's input), every
   record of one fetch is checked against the read offset exactly as Faust does (gaps,
-  ``commit_every``), turned into an event once (raw bytes need no decoding) and put on
-  the subscribing channels' queues in one pass. The queues are Faust's own: bounded, the
-  partition paused at high pressure (the agent's is kept out of flow control's clearing:
-  ``_keep_on_resume``). A full queue waits — for room or for the rebalance that suspends
-  the flow, as Faust's ``wait_first`` does. Records fetched before a rebalance or a seek
-  are dropped without moving the read offset, so they are fetched again. A jump in an
-  input partition's offsets is fetched again once before Faust may commit past it
-  (``Holes``), and ``perform_seek`` moves partitions without a committed offset to their
-  beginning. Other topics take Faust's path.
+  ``commit_every``) and each partition's records go on the subscribing raw channel's
+  queue as one list of Faust messages: no ``Event`` per record, no queue operation per
+  record (raw bytes need no decoding). The queue is Faust's own, bounded in records
+  (``_queued``; one fetch may go beyond), kept out of Faust's pause at high pressure and
+  of flow control's clearing (``_keep_on_resume``). A full queue waits — for room or for
+  the rebalance that suspends the flow, as Faust's ``wait_first`` does. Records fetched
+  before a rebalance or a seek are dropped without moving the read offset, so they are
+  fetched again. A jump in an input partition's offsets is fetched again once before
+  Faust may commit past it (``Holes``), and ``perform_seek`` moves partitions without a
+  committed offset to their beginning. Other topics take Faust's path.
 - ``batches``: the agent drains its channel's queue in bulk instead of iterating the
-  stream: up to ``max_`` events, whatever has arrived when the agent is free (the batch
-  grows with the load by itself). Events taken while flow control is suspended wait for
+  stream: up to ``max_`` messages, whatever has arrived when the agent is free (the batch
+  grows with the load by itself). Messages taken while flow control is suspended wait for
   it to resume; those of an older consumer generation are then dropped unacked (the
   rebalance seeks back: they are fetched again from the committed offset). Each taken
   message is tracked (``Consumer.track_message``) before the batch is handed out, so
   ``stream_wait_empty`` still waits for it at a rebalance or shutdown; the caller acks
-  with ``ack`` after the batch is delivered. Offsets, commits and the producer flush
-  before a commit stay Faust's.
+  the batch with ``ack`` after it is delivered (``BulkConsumer.ack_many``: Faust's
+  bookkeeping in one pass). Offsets, commits and the producer flush before a commit stay
+  Faust's.
 - ``LeanMonitor``: the monitor's per-message and per-send bookkeeping (dicts, deques,
   clock reads) turned off; lag, commits, rebalances and the slow-stream check stay.
 
@@ -52,6 +54,7 @@ from faust.transport.consumer import CONSUMER_FETCHING, ensure_TP
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
 from stream.app.backoff import quiet_aiokafka, with_backoff
 from stream.app.producer import BackoffProducer
@@ -160,7 +163,8 @@ class BulkConsumer(faust_aiokafka.Consumer):
                         self.log.warning(f"exception performing seek when flow not active {ex}")
                     continue
                 epoch = self._seek_epoch
-                pending: list[Any] = []
+                # (partition, its records) to hand over, in fetch order
+                pending: list[tuple[Any, list[Any]]] = []
                 stale = False
                 for tp, batch in records.items():
                     if stale or not self.flow_active or app.consumer_generation_id != generation:
@@ -169,6 +173,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
                         continue
                     app.monitor.track_tp_end_offset(tp, self.highwater(tp))
                     bulk = tp.topic in bulk_topics
+                    taken: list[Any] | None = None  # this partition's records in pending
                     r_offset = get_read_offset(tp)
                     for record in batch:
                         message = to_message(tp, record)
@@ -180,7 +185,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
                                 # Fetch the span again before committing past it.
                                 if pending:
                                     await self._hand_over(pending, epoch)
-                                    pending = []
+                                    pending, taken = [], None
                                 if self._seek_moved(epoch) or self.suspend_flow.is_set():
                                     stale = True  # a seek or a rebalance came first
                                     break
@@ -193,7 +198,10 @@ class BulkConsumer(faust_aiokafka.Consumer):
                             self._n_acked = 0
                             await self.commit()
                         if bulk:
-                            pending.append(message)
+                            if taken is None:
+                                taken = []
+                                pending.append((tp, taken))
+                            taken.append(message)
                         else:
                             if pending:
                                 await self._hand_over(pending, epoch)
@@ -309,9 +317,13 @@ class BulkConsumer(faust_aiokafka.Consumer):
         put it (``perform_seek`` puts every input partition somewhere)."""
         return self._seeking > 0 or self._seek_epoch != epoch
 
-    async def _hand_over(self, messages: list[Any], epoch: int) -> None:  # pragma: no cover
+    async def _hand_over(
+        self, parts: list[tuple[Any, list[Any]]], epoch: int
+    ) -> None:  # pragma: no cover
         """What the conductor does per record (``ConductorHandler``), once per fetch, and
-        what the drain loop does after it: the record's offset becomes the read offset.
+        what the drain loop does after it: the last record's offset becomes the read
+        offset. A raw channel gets each partition's records as one list (``batches``
+        takes lists); any other channel an event per record, decoded as Faust does.
 
         Records of an older consumer generation, or fetched before a seek, are dropped
         without touching the read offsets: the consumer fetches them again from where the
@@ -321,37 +333,68 @@ class BulkConsumer(faust_aiokafka.Consumer):
         await app.flow_control.acquire()  # held here while a rebalance suspends the flow
         await app.producer.buffer.wait_until_ebb()
         index = app.topics._tp_index  # type: ignore[attr-defined]
-        # What App.create_event builds, its class looked up once per fetch rather than
-        # through the settings descriptor per record (3 % of a busy worker's time).
-        event_type: Any = app.conf.Event
-        generation = app.consumer_generation_id
         read_offset = self._read_offset
         handed = self._holes.handed
-        for message in messages:
-            if message.generation_id != generation or self._seek_moved(epoch):
-                return  # a rebalance or a seek: the rest is fetched again after it
-            tp = message.tp
-            channels = index.get(tp)
-            if not channels:
-                read_offset[tp] = message.offset
+        for tp, messages in parts:
+            if not messages:
                 continue
-            message.incref(len(channels))
-            for channel in channels:
-                if _is_raw(channel):
-                    event = event_type(app, message.key, message.value, message.headers, message)
-                else:
-                    event = await channel.decode(message, propagate=False)
-                    if event is None:  # a decode error, reported by the channel; as Faust
-                        message.ack(self)  # does, that channel's reference is released
-                        continue
+            channels = index.get(tp)
+            raw = [channel for channel in channels or () if _is_raw(channel)]
+            for channel in raw:  # room first: no await between the check and the puts
                 queue = channel.queue
-                if queue.full() and not await self._room(queue, epoch):
+                # Only a full queue waits, and only a wait gives up on a suspended flow:
+                # recovery resumes the app's flow before the consumer's, and records
+                # dropped in between would never come again (no seek follows).
+                if _queued(queue) >= queue.maxsize and not await self._room(queue, epoch):
                     return  # a rebalance or a seek: the rest is fetched again after it
+            generation = app.consumer_generation_id
+            if self._seek_moved(epoch):
+                return
+            if messages[-1].generation_id != generation:
+                # A rebalance while the drain loop built them: keep those before it.
+                messages = [m for m in messages if m.generation_id == generation]
+                cut = True
+            else:
+                cut = False
+            if messages:
+                if channels:
+                    references = len(channels)
+                    with ack_lock:  # what Message.incref holds, once per list
+                        for message in messages:
+                            message.refcount += references
+                    for channel in raw:
+                        channel.queue.put_nowait(messages)
+                        channel.queue.bulk_events = _queued(channel.queue) + len(messages)
+                    if len(raw) < len(channels) and not await self._decoded(
+                        [c for c in channels if c not in raw], messages, epoch
+                    ):
+                        return
+                read_offset[tp] = handed[tp] = messages[-1].offset
+            if cut:
+                return  # the rest is fetched again after the rebalance
+
+    async def _decoded(
+        self, channels: list[Any], messages: list[Any], epoch: int
+    ) -> bool:  # pragma: no cover
+        """Events of ``messages`` for channels that take decoded values, one at a time as
+        Faust's conductor hands them; False: a rebalance or a seek came first."""
+        for message in messages:
+            for channel in channels:
+                event = await channel.decode(message, propagate=False)
+                if event is None:  # a decode error, reported by the channel; as Faust
+                    message.ack(self)  # does, that channel's reference is released
+                    continue
+                queue = channel.queue
+                while queue.full():
+                    if self.suspend_flow.is_set() or self._seek_moved(epoch):
+                        return False
+                    await asyncio.sleep(0.001)
                 queue.put_nowait(event)
-            read_offset[tp] = handed[tp] = message.offset
+        return True
 
     async def _room(self, queue: Any, epoch: int) -> bool:
-        """Wait until ``queue`` has room: the back-pressure of the bulk path.
+        """Wait until ``queue`` holds fewer events than its size: the back-pressure of the
+        bulk path (a list goes in whole, so a queue can hold one fetch's records beyond).
 
         The hand-over itself waits, so the drain loop fetches nothing more meanwhile (the
         fetcher keeps at most one response per partition). Faust's way, pausing the
@@ -362,11 +405,50 @@ class BulkConsumer(faust_aiokafka.Consumer):
         partitions fill again (docs/notes/016). False: a rebalance or a seek came first.
         """
         suspended = self.suspend_flow.is_set
-        while queue.full():
+        while _queued(queue) >= queue.maxsize:
             if suspended() or self._seek_moved(epoch):
                 return False
             await asyncio.sleep(0.001)  # the agent takes a batch at a time
         return not suspended() and not self._seek_moved(epoch)
+
+    def ack_many(self, messages: Iterable[Any]) -> None:
+        """``Consumer.ack`` for each message whose last reference this releases, in one
+        pass (faust-streaming 0.15.3's bookkeeping: the offset joins the partition's acked
+        offsets unless a commit already passed it; the commit computes from them)."""
+        topics = self.app.topics
+        acking = topics.acking_topics
+        committed_offsets = self._committed_offset
+        acked_index = self._acked_index
+        acked = self._acked
+        unacked = self._unacked_messages
+        count = 0
+        with ack_lock:
+            for message in messages:
+                if message.acked:
+                    continue
+                refcount = message.refcount = max(message.refcount - 1, 0)
+                if refcount:
+                    continue
+                message.acked = True
+                if message.topic not in acking:
+                    continue
+                tp = message.tp
+                offset = message.offset
+                committed = committed_offsets[tp]
+                if committed is None or offset >= committed:
+                    index = acked_index[tp]
+                    if offset not in index:
+                        unacked.discard(message)
+                        index.add(offset)
+                        acked[tp].append(offset)
+                        count += 1
+            self._n_acked += count
+            notify(self._waiting_for_ack)
+
+
+def _queued(queue: Any) -> int:
+    """Events in a raw channel's queue (its items are lists of them)."""
+    return getattr(queue, "bulk_events", 0)
 
 
 class Holes:
@@ -461,11 +543,13 @@ def install(app: Any, topics: Iterable[str], fetch_max_wait: float | None = None
 
 
 async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[list[Any]]:
-    """Batches of events from the agent's channel, each message tracked, none acked.
+    """Batches of messages from the agent's channel, each tracked, none acked.
 
-    A batch is what has arrived when the agent asks, up to ``max_`` events; with
-    ``linger`` > 0 an incomplete batch waits up to that long for more. The caller acks
-    every event of a batch (``ack``) once it is delivered.
+    The channel must be raw and its topics bulk (``install``): the hand-over puts a
+    partition's records on its queue as one list. A batch is what has arrived when the
+    agent asks, up to ``max_`` messages (a list beyond that is split, its rest first in
+    the next batch); with ``linger`` > 0 an incomplete batch waits up to that long for
+    more. The caller acks the batch (``ack``) once it is delivered.
     """
     app = stream.app
     channel = aiter(stream.channel)  # subscribes the channel, as iterating the stream does
@@ -477,20 +561,26 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
     acking_topics = app.topics.acking_topics
     inbound = app.monitor.stream_inbound_time
     loop = asyncio.get_running_loop()
+    rest: list[Any] = []  # what the last batch left of a list
     while not stream.should_stop:
-        try:
-            events = [await queue.get()]
-        except StopAsyncIteration:  # the channel is closing (shutdown)
-            return
-        if linger > 0 and queue.qsize() + 1 < max_:
+        if rest:
+            messages, rest = rest, []
+        else:
+            try:
+                messages = _taken(queue, await queue.get())
+            except StopAsyncIteration:  # the channel is closing (shutdown)
+                return
+        if linger > 0 and len(messages) + _queued(queue) < max_:
             deadline = loop.time() + linger
-            while queue.qsize() + 1 < max_:
+            while len(messages) + _queued(queue) < max_:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
                 await asyncio.sleep(min(remaining, 0.005))
-        while len(events) < max_ and not queue.empty():
-            events.append(queue.get_nowait())
+        while len(messages) < max_ and not queue.empty():
+            messages = messages + _taken(queue, queue.get_nowait())
+        if len(messages) > max_:
+            messages, rest = messages[:max_], messages[max_:]
         if not flow_active():
             # A rebalance (or recovery) holds the flow: wait it out, then keep what is still
             # of the current generation (a rebalance moves it on and seeks back).
@@ -498,17 +588,28 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
         taken: list[Any] = []
         generation = app.consumer_generation_id
         now = time.monotonic()
-        for event in events:
-            message = event.message
+        for message in messages:
             if message.generation_id != generation:
                 continue  # stale: fetched again from the committed offset
-            if message.topic in acking_topics and not message.tracked:
+            if not message.tracked and message.topic in acking_topics:
                 message.tracked = True
                 track(message)
             inbound[message.tp] = now
-            taken.append(event)
+            taken.append(message)
+        if rest and rest[0].generation_id != generation:
+            rest = [m for m in rest if m.generation_id == generation]
         if taken:
             yield taken
+
+
+def _taken(queue: Any, item: Any) -> list[Any]:
+    """A list the hand-over put on ``queue``, now out of its count."""
+    if type(item) is not list:
+        raise TypeError(
+            f"batches takes lists of messages from a raw channel of bulk topics, not {item!r}"
+        )
+    queue.bulk_events = _queued(queue) - len(item)
+    return item
 
 
 def _keep_on_resume(queue: Any) -> None:
@@ -520,19 +621,23 @@ def _keep_on_resume(queue: Any) -> None:
     offset says they were read, so they are never fetched again until the next rebalance
     (stock Faust has this window too). ``batches`` already drops what a rebalance made
     stale (by consumer generation), and a seek in the same generation only brings
-    duplicates, so this queue keeps its events. (mode-streaming 0.7.1 internals.)
+    duplicates, so this queue keeps its records. (mode-streaming 0.7.1 internals.)
     """
     queue._clear_on_resume = False
     queue._flow_control._queues.discard(queue)  # app.flow_control, for a Faust channel
 
 
-def ack(events: Iterable[Any], consumer: Any) -> None:
-    """Ack delivered events: ``Event.ack`` (the message's reference count, and on its last
-    reference ``Consumer.ack``: the offset becomes committable), one frame per event."""
+def ack(messages: list[Any], consumer: Any) -> None:
+    """Ack delivered messages: release the batch's reference to each, and on its last
+    reference ``Consumer.ack`` (the offset becomes committable); ``BulkConsumer`` does it
+    in one pass."""
+    many = getattr(consumer, "ack_many", None)
+    if many is not None:
+        many(messages)
+        return
     consumer_ack = consumer.ack
     with ack_lock:  # what Message.ack holds; re-entered by Consumer.ack
-        for event in events:
-            message = event.message
+        for message in messages:
             if message.acked:
                 continue
             refcount = message.refcount = max(message.refcount - 1, 0)

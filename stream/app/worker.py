@@ -148,7 +148,7 @@ class Worker:
         return cls(settings, partitions, problems)
 
     # -- one batch -------------------------------------------------------------------
-    async def commit(self, events: list[Any]) -> None:
+    async def commit(self, batch: list[Any]) -> None:
         """One batch, in the order that makes a commit safe:
 
         1. fold: every message once through the pure core (``session.batch.fold_batch``),
@@ -166,13 +166,13 @@ class Worker:
         shutdown.
         """
         async with self.lock:
-            await self._commit(events)
+            await self._commit(batch)
 
-    async def _commit(self, events: list[Any]) -> None:
+    async def _commit(self, batch: list[Any]) -> None:
         stats = self.stats
         messages = [
             Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
-            for m in (e.message for e in events)
+            for m in batch
         ]
         with stats.fold_seconds.time():
             result = fold_batch(messages, self.table.load, self.limits, self.table.kept.recall)  # 1
@@ -191,7 +191,7 @@ class Worker:
         self._log_resets(result)
         self._file(result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack
-            stats.observe_batch(messages, result, events[-1].message.timestamp)
+            stats.observe_batch(messages, result, batch[-1].timestamp)
         except Exception:
             log.exception("metrics of a batch not recorded")
 
@@ -285,8 +285,8 @@ class Worker:
     async def _agent(self, stream: Any) -> None:
         app = self.app
         settings = self.settings
-        async for events in consumer.batches(stream, settings.batch_max, settings.batch_within):
-            work = asyncio.ensure_future(self.commit(events))
+        async for batch in consumer.batches(stream, settings.batch_max, settings.batch_within):
+            work = asyncio.ensure_future(self.commit(batch))
             try:
                 await asyncio.shield(work)
             except asyncio.CancelledError:
@@ -296,9 +296,9 @@ class Worker:
                     await asyncio.wait_for(work, 30)
                 except (PermanentRedisError, TimeoutError):
                     raise
-                consumer.ack(events, app.consumer)  # 7
+                consumer.ack(batch, app.consumer)  # 7
                 raise
-            consumer.ack(events, app.consumer)  # 7
+            consumer.ack(batch, app.consumer)  # 7
 
     # -- Redis -----------------------------------------------------------------------
     @property

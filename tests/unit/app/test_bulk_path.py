@@ -9,10 +9,12 @@ from typing import Any
 
 import faust
 import pytest
+from faust.types import TP
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from stream.app import consumer as app_consumer
 from stream.app import producer as app_producer
+from stream.app.table import RAW
 from stream.app.worker import build_app
 from stream.config import Settings
 
@@ -26,19 +28,11 @@ class FakeMessage:
     offset: int
     generation_id: int = 1
     tracked: bool = False
+    acked: bool = False
 
     @property
     def tp(self) -> tuple[str, int]:
         return (self.topic, self.partition)
-
-
-@dataclass
-class FakeEvent:
-    message: FakeMessage
-    acked: bool = False
-
-    def ack(self) -> None:
-        self.acked = True
 
 
 @dataclass
@@ -95,60 +89,104 @@ class FakeStream:
     should_stop: bool = False
 
 
-def _events(count: int, generation: int = 1, start: int = 0) -> list[FakeEvent]:
-    return [FakeEvent(FakeMessage("in", 0, start + i, generation)) for i in range(count)]
+def _messages(count: int, generation: int = 1, start: int = 0) -> list[FakeMessage]:
+    return [FakeMessage("in", 0, start + i, generation) for i in range(count)]
+
+
+def _put(queue: Any, messages: list[FakeMessage]) -> None:
+    """What the hand-over does: a partition's records as one list, counted."""
+    queue.put_nowait(messages)
+    queue.bulk_events = getattr(queue, "bulk_events", 0) + len(messages)
 
 
 def test_a_batch_is_what_has_arrived_up_to_the_maximum() -> None:
-    async def run() -> list[list[FakeEvent]]:
+    async def run() -> list[list[FakeMessage]]:
         stream = FakeStream(FakeApp())
-        for event in _events(7):
-            stream.channel.queue.put_nowait(event)
+        _put(stream.channel.queue, _messages(3))
+        _put(stream.channel.queue, _messages(4, start=3))
         taken = app_consumer.batches(stream, 5)
         return [await anext(taken), await anext(taken)]
 
     first, second = asyncio.run(run())
-    assert [e.message.offset for e in first] == [0, 1, 2, 3, 4]
-    assert [e.message.offset for e in second] == [5, 6]
+    assert [m.offset for m in first] == [0, 1, 2, 3, 4]
+    assert [m.offset for m in second] == [5, 6]  # the rest of a split list comes first
+
+
+def test_a_split_list_keeps_its_order_before_what_came_after() -> None:
+    async def run() -> list[list[FakeMessage]]:
+        stream = FakeStream(FakeApp())
+        queue = stream.channel.queue
+        _put(queue, _messages(7))
+        _put(queue, _messages(2, start=7))
+        taken = app_consumer.batches(stream, 3)
+        return [await anext(taken) for _ in range(3)]
+
+    assert [[m.offset for m in batch] for batch in asyncio.run(run())] == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6, 7, 8],
+    ]
+
+
+def test_the_queue_counts_messages_not_lists() -> None:
+    async def run() -> tuple[int, int]:
+        stream = FakeStream(FakeApp())
+        queue = stream.channel.queue
+        _put(queue, _messages(3))
+        _put(queue, _messages(4, start=3))
+        queued = queue.bulk_events
+        await anext(app_consumer.batches(stream, 10))
+        return queued, queue.bulk_events
+
+    assert asyncio.run(run()) == (7, 0)
+
+
+def test_anything_but_a_list_on_the_queue_is_refused() -> None:
+    async def run() -> None:
+        stream = FakeStream(FakeApp())
+        stream.channel.queue.put_nowait(FakeMessage("in", 0, 0))
+        await anext(app_consumer.batches(stream, 10))
+
+    with pytest.raises(TypeError, match="lists of messages"):
+        asyncio.run(run())
 
 
 def test_taken_messages_are_tracked_once_and_not_acked() -> None:
-    async def run() -> tuple[FakeApp, list[FakeEvent]]:
+    async def run() -> tuple[FakeApp, list[FakeMessage]]:
         app = FakeApp()
         stream = FakeStream(app)
-        events = _events(3)
-        events[1].message.tracked = True  # already tracked: not tracked again
-        for event in events:
-            stream.channel.queue.put_nowait(event)
+        messages = _messages(3)
+        messages[1].tracked = True  # already tracked: not tracked again
+        _put(stream.channel.queue, messages)
         return app, await anext(app_consumer.batches(stream, 10))
 
     app, batch = asyncio.run(run())
-    assert len(batch) == 3 and not any(e.acked for e in batch)
+    assert len(batch) == 3 and not any(m.acked for m in batch)
     assert [m.offset for m in app.tracked] == [0, 2]
-    assert all(e.message.tracked for e in batch)
+    assert all(m.tracked for m in batch)
 
 
-def test_events_of_an_older_generation_are_dropped_untracked_and_unacked() -> None:
-    async def run() -> tuple[FakeApp, list[FakeEvent], list[FakeEvent]]:
+def test_messages_of_an_older_generation_are_dropped_untracked_and_unacked() -> None:
+    async def run() -> tuple[FakeApp, list[FakeMessage], list[FakeMessage]]:
         app = FakeApp(consumer_generation_id=2)
         stream = FakeStream(app)
-        stale, fresh = _events(2, generation=1), _events(2, generation=2, start=2)
-        for event in stale + fresh:
-            stream.channel.queue.put_nowait(event)
+        stale, fresh = _messages(2, generation=1), _messages(2, generation=2, start=2)
+        _put(stream.channel.queue, stale)
+        _put(stream.channel.queue, fresh)
         return app, stale, await anext(app_consumer.batches(stream, 10))
 
     app, stale, batch = asyncio.run(run())
-    assert [e.message.offset for e in batch] == [2, 3]
+    assert [m.offset for m in batch] == [2, 3]
     assert [m.offset for m in app.tracked] == [2, 3]
-    assert not any(e.acked or e.message.tracked for e in stale)
+    assert not any(m.acked or m.tracked for m in stale)
 
 
-def test_events_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_generation() -> None:
-    async def run() -> list[FakeEvent]:
+def test_messages_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_generation() -> None:
+    async def run() -> list[FakeMessage]:
         app = FakeApp(active=False)
         stream = FakeStream(app)
-        for event in _events(2, generation=1) + _events(1, generation=2, start=2):
-            stream.channel.queue.put_nowait(event)
+        _put(stream.channel.queue, _messages(2, generation=1))
+        _put(stream.channel.queue, _messages(1, generation=2, start=2))
         pending = asyncio.ensure_future(anext(app_consumer.batches(stream, 10)))
         await asyncio.sleep(0.01)
         assert not pending.done()  # held while the flow is suspended
@@ -156,37 +194,36 @@ def test_events_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_gen
         app.active = True
         return await asyncio.wait_for(pending, 1)
 
-    assert [e.message.offset for e in asyncio.run(run())] == [2]
+    assert [m.offset for m in asyncio.run(run())] == [2]
 
 
-def test_resuming_flow_control_does_not_drop_queued_events() -> None:
-    async def run() -> list[FakeEvent]:
+def test_resuming_flow_control_does_not_drop_queued_messages() -> None:
+    async def run() -> list[FakeMessage]:
         flow = FlowControlEvent(initially_suspended=False)
         app = FakeApp()
         stream = FakeStream(app, FakeChannel(flow))
         taken = app_consumer.batches(stream, 10)
         first = asyncio.ensure_future(anext(taken))
         await asyncio.sleep(0)  # the agent holds its queue now
-        stream.channel.queue.put_nowait(_events(1)[0])
+        _put(stream.channel.queue, _messages(1))
         await first
-        for event in _events(2, start=1):
-            stream.channel.queue.put_nowait(event)
+        _put(stream.channel.queue, _messages(2, start=1))
         flow.suspend()
         flow.resume()  # Faust's resume clears managed queues: not this one
         return await asyncio.wait_for(anext(taken), 1)
 
-    assert [e.message.offset for e in asyncio.run(run())] == [1, 2]
+    assert [m.offset for m in asyncio.run(run())] == [1, 2]
 
 
-def test_linger_waits_for_more_events() -> None:
-    async def run() -> list[FakeEvent]:
+def test_linger_waits_for_more_messages() -> None:
+    async def run() -> list[FakeMessage]:
         stream = FakeStream(FakeApp())
         queue = stream.channel.queue
-        queue.put_nowait(_events(1)[0])
-        asyncio.get_running_loop().call_later(0.01, queue.put_nowait, _events(1, start=1)[0])
+        _put(queue, _messages(1))
+        asyncio.get_running_loop().call_later(0.01, _put, queue, _messages(1, start=1))
         return await anext(app_consumer.batches(stream, 10, linger=0.2))
 
-    assert [e.message.offset for e in asyncio.run(run())] == [0, 1]
+    assert [m.offset for m in asyncio.run(run())] == [0, 1]
 
 
 def test_a_closing_channel_ends_the_batches() -> None:
@@ -214,7 +251,7 @@ def test_ack_releases_each_message_and_acks_it_on_its_last_reference() -> None:
 
     last, shared, done = Message(1), Message(2), Message(1, acked=True)
     consumer = Consumer()
-    app_consumer.ack([FakeEvent(m) for m in (last, shared, done)], consumer)
+    app_consumer.ack([last, shared, done], consumer)
     assert consumer.acked == [last]
     assert shared.refcount == 1 and not shared.acked  # another channel still holds it
     assert done.refcount == 1  # already acked: untouched
@@ -357,6 +394,94 @@ def test_the_worker_app_takes_the_bulk_consumer_path(tmp_path: Path) -> None:
     assert app.transport.Consumer is app_consumer.BulkConsumer
     assert app.transport.bulk_topics == frozenset({"events-in"})
     assert app.conf.Monitor is app_consumer.LeanMonitor
+
+
+async def _unused(*args: Any) -> None:  # pragma: no cover - never called
+    raise AssertionError(args)
+
+
+def test_acking_in_bulk_keeps_fausts_bookkeeping(tmp_path: Path) -> None:
+    """``BulkConsumer.ack_many`` against Faust's ``Consumer.ack`` one message at a time:
+    the same acked offsets, counts and pending messages, a commit's offset respected."""
+    from faust.types.tuples import Message as FaustMessage
+
+    class OneByOne:  # no ack_many: ``ack`` takes Faust's Consumer.ack per message
+        def __init__(self, consumer: Any) -> None:
+            self.ack = consumer.ack
+
+    async def run() -> list[tuple[Any, ...]]:
+        settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
+        app = build_app(settings, 2)
+        app.topics._acking_topics.add("events-in")  # as subscribing the agent does
+        states = []
+        for bulk in (True, False):
+            consumer = app.transport.create_consumer(
+                callback=_unused, on_partitions_revoked=_unused, on_partitions_assigned=_unused
+            )
+            tp = TP("events-in", 1)
+            consumer._committed_offset[tp] = 3  # a commit passed offsets below 3
+            messages = [
+                FaustMessage("events-in", 1, offset, 0.0, 0, None, b"k", b"v", None)
+                for offset in (1, 3, 4, 4, 5)
+            ] + [FaustMessage("other", 0, 9, 0.0, 0, None, b"k", b"v", None)]
+            for message in messages:
+                message.incref(1)
+                consumer.track_message(message)
+            messages[4].incref(1)  # another channel still holds offset 5
+            if bulk:
+                consumer.ack_many(messages)
+            else:
+                app_consumer.ack(messages, OneByOne(consumer))
+            states.append(
+                (
+                    dict(consumer._acked),
+                    {tp: set(index) for tp, index in consumer._acked_index.items()},
+                    consumer._n_acked,
+                    sorted(m.offset for m in consumer._unacked_messages),
+                    [(m.acked, m.refcount) for m in messages],
+                )
+            )
+        return states
+
+    bulk, faust_way = asyncio.run(run())
+    assert bulk == faust_way
+    assert bulk[0] == {TP("events-in", 1): [3, 4]}
+    assert bulk[2] == 2
+
+
+def test_the_hand_over_queues_while_only_the_consumers_flow_is_still_suspended(
+    tmp_path: Path,
+) -> None:
+    """Table recovery resumes the app's flow before the consumer's: records fetched in
+    between must be queued (no seek follows to bring them again), a partition's records
+    as one list, and the read offset moved to the last of them."""
+    from faust.types.tuples import Message as FaustMessage
+
+    async def run() -> tuple[list[Any], int, Any]:
+        settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
+        app = build_app(settings, 2)
+        consumer = app.consumer
+        channel = FakeChannel()
+        channel.schema = app.topic("events-in", **RAW).schema  # type: ignore[attr-defined]
+        tp = TP("events-in", 0)
+        app.topics._tp_index[tp].add(channel)
+        app.flow_control.resume()
+        consumer.suspend_flow.set()  # the window between the two resumes
+        generation = app.consumer_generation_id
+        messages = [
+            FaustMessage(
+                "events-in", 0, offset, 0.0, 0, None, b"k", b"v", None, generation_id=generation
+            )
+            for offset in (7, 8, 9)
+        ]
+        await consumer._hand_over([(tp, messages)], consumer._seek_epoch)
+        queued = channel.queue.get_nowait() if not channel.queue.empty() else []
+        return queued, consumer._read_offset[tp], channel.queue.bulk_events
+
+    queued, read_offset, counted = asyncio.run(run())
+    assert [m.offset for m in queued] == [7, 8, 9]
+    assert read_offset == 9 and counted == 3
+    assert all(m.refcount == 1 for m in queued)
 
 
 def test_faust_is_the_version_the_bulk_consumer_was_written_against() -> None:
