@@ -567,8 +567,7 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
             messages, rest = rest, []
         else:
             try:
-                # A copy: the hand-over puts one list on every raw channel's queue.
-                messages = list(_taken(queue, await queue.get()))
+                messages = _taken(queue, await queue.get())
             except StopAsyncIteration:  # the channel is closing (shutdown)
                 return
         if linger > 0 and len(messages) + _queued(queue) < max_:
@@ -579,7 +578,7 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
                     break
                 await asyncio.sleep(min(remaining, 0.005))
         while len(messages) < max_ and not queue.empty():
-            messages.extend(_taken(queue, queue.get_nowait()))  # not quadratic in lists
+            messages = messages + _taken(queue, queue.get_nowait())
         if len(messages) > max_:
             messages, rest = messages[:max_], messages[max_:]
         if not flow_active():
