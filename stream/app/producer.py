@@ -4,6 +4,7 @@ partition (``BatchSender``), on aiokafka clients that back off while the broker 
 """
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,15 +44,22 @@ class BatchSender:
     queued). Here a batch's records are collected as they are produced, grouped by topic
     partition, appended to aiokafka ``BatchBuilder``s and submitted with ``send_batch``:
     a few records' worth of Python per record, and each partition's records in as few
-    produce requests as the broker allows. ``add`` returns the future of the record's
-    delivery (shared by the records of one builder); the records go out on the next turn
-    of the loop. The partition is the given one, else the producer's partitioner
-    (murmur2 of the key, as ``send`` would pick).
+    produce requests as the broker allows. The records added in one turn of the loop
+    leave together on the next and share one future, their delivery: it fails if any of
+    them failed (callers re-send them all), so a batch awaits a handful of futures, not
+    one per record. The partition is the given one, else the producer's partitioner
+    (murmur2 of the key, as ``send`` would pick), remembered per key: a session's key
+    comes back every batch.
     """
+
+    # Keys whose partition is remembered per topic; past it the memory starts over.
+    REMEMBERED = 200_000
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self._pending: list[tuple[str, int | None, bytes | None, bytes | None, Any, Any]] = []
+        self._group: asyncio.Future[None] | None = None  # the pending records' delivery
+        self._partitions: dict[str, tuple[int, dict[bytes, int]]] = {}
         self._flushing: asyncio.Task[None] | None = None
 
     def add(
@@ -62,39 +70,42 @@ class BatchSender:
         value: bytes | None,  # None: a tombstone
         headers: list[tuple[str, bytes]] | None = None,
         on_sent: Callable[[int, int], None] | None = None,
-    ) -> "asyncio.Future[Any]":
-        """Queue one record. Once it is delivered, ``on_sent(partition, offset)`` runs (once
-        per record batch, with the batch's highest offset among records that share it)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((topic, partition, key, value, headers, (future, on_sent)))
-        if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.ensure_future(self._flush())
-        return future
+    ) -> "asyncio.Future[None]":
+        """Queue one record; returns the delivery of the records queued with it. Once a
+        record is delivered, ``on_sent(partition, offset)`` runs (once per record batch,
+        with the batch's highest offset among records that share it)."""
+        group = self._group
+        if group is None:
+            group = self._group = asyncio.get_running_loop().create_future()
+            self._flushing = asyncio.ensure_future(self._flush(group))
+        self._pending.append((topic, partition, key, value, headers, on_sent))
+        return group
 
-    async def _flush(self) -> None:
+    async def _flush(self, group: "asyncio.Future[None]") -> None:
         await asyncio.sleep(0)  # the rest of the batch's records join first
-        pending, self._pending = self._pending, []
+        pending, self._pending, self._group = self._pending, [], None
         try:
-            await self._send(pending)
+            deliveries = await self._send(pending)
         except BaseException as error:
-            for *_, (future, _) in pending:
-                if not future.done():
-                    future.set_exception(error)
+            if not group.done():
+                group.set_exception(error)
             if not isinstance(error, Exception):
                 raise
+            return
+        _settle(group, deliveries)
 
-    async def _send(self, pending: list[Any]) -> None:
+    async def _send(self, pending: list[Any]) -> list[tuple["asyncio.Future[Any]", Any]]:
+        """Every record into record batches, submitted; returns each batch's delivery
+        with the ``on_sent`` callbacks it answers for."""
         producer = self.app.producer._ensure_producer()  # aiokafka's, on this loop
         groups: dict[tuple[str, int], list[Any]] = {}
-        partitioners: dict[str, Callable[[bytes | None], int]] = {}
+        topics: dict[str, tuple[list[int], list[int]]] = {}  # looked up once a flush
         for record in pending:
             topic, partition = record[0], record[1]
             if partition is None:
-                pick = partitioners.get(topic)
-                if pick is None:
-                    pick = partitioners[topic] = await self._partitioner(producer, topic)
-                partition = pick(record[2])
+                partition = await self._partition(producer, topic, record[2], topics)
             groups.setdefault((topic, partition), []).append(record)
+        deliveries = []
         for (topic, partition), records in groups.items():
             start = 0
             while start < len(records):
@@ -111,41 +122,77 @@ class BatchSender:
                     raise ValueError(f"a record of {size:,} bytes does not fit")
                 batch.close()
                 delivery = await producer.send_batch(batch, topic, partition=partition)
-                delivery.add_done_callback(_resolver(records[start:end], partition))
+                deliveries.append((delivery, _callbacks(records[start:end], partition)))
                 start = end
+        return deliveries
 
-    @staticmethod
-    async def _partitioner(producer: Any, topic: str) -> Callable[[bytes | None], int]:
-        await producer.client._wait_on_metadata(topic)
-        metadata = producer.client.cluster
-        every = list(metadata.partitions_for_topic(topic))
-        available = list(metadata.available_partitions_for_topic(topic))
-        choose = producer._partitioner
+    async def _partition(
+        self,
+        producer: Any,
+        topic: str,
+        key: bytes | None,
+        topics: dict[str, tuple[list[int], list[int]]],
+    ) -> int:
+        """The producer's partitioner's choice for ``key`` (remembered unless None)."""
+        known = self._partitions.get(topic)
+        if key is not None and known is not None:
+            found = known[1].get(key)
+            if found is not None:
+                return found
+        if topic not in topics:
+            await producer.client._wait_on_metadata(topic)
+            metadata = producer.client.cluster
+            topics[topic] = (
+                list(metadata.partitions_for_topic(topic)),  # as aiokafka's send does
+                list(metadata.available_partitions_for_topic(topic)),
+            )
+        every, available = topics[topic]
+        chosen = int(producer._partitioner(key, every, available))
+        if key is not None:
+            if known is None or known[0] != len(every) or len(known[1]) >= self.REMEMBERED:
+                known = self._partitions[topic] = (len(every), {})
+            known[1][key] = chosen
+        return chosen
 
-        def pick(key: bytes | None) -> int:
-            return int(choose(key, every, available))
 
-        return pick
+Sent = Callable[[int, int], None]  # on_sent(partition, offset)
 
 
-def _resolver(records: list[Any], partition: int) -> Callable[[Any], None]:
-    def resolve(delivery: Any) -> None:
+def _callbacks(records: list[Any], partition: int) -> list[tuple[Sent, int, int]]:
+    """Per ``on_sent`` callback of a record batch: its partition and the index of its
+    last record there."""
+    last: dict[Sent, int] = {}
+    for index, record in enumerate(records):
+        if record[5] is not None:
+            last[record[5]] = index
+    return [(on_sent, partition, index) for on_sent, index in last.items()]
+
+
+def _settle(
+    group: "asyncio.Future[None]",
+    deliveries: list[tuple["asyncio.Future[Any]", list[tuple[Sent, int, int]]]],
+) -> None:
+    """Resolve ``group`` once every delivery is done, with the first failure if any;
+    each delivered record batch runs its ``on_sent`` callbacks with its offsets."""
+    left = len(deliveries)
+
+    def done(delivery: "asyncio.Future[Any]", callbacks: list[tuple[Sent, int, int]]) -> None:
+        nonlocal left
+        left -= 1
         error = delivery.exception() if not delivery.cancelled() else asyncio.CancelledError()
-        base: int = 0 if error else delivery.result().offset
-        last: dict[Callable[[int, int], None], int] = {}
-        for index, (*_, (future, on_sent)) in enumerate(records):
-            if future.done():
-                continue
-            if error is not None:
-                future.set_exception(error)
-                continue
-            if on_sent is not None:
-                last[on_sent] = base + index
-            future.set_result(None)
-        for on_sent, offset in last.items():  # once per builder: the highest offset
-            on_sent(partition, offset)
+        if error is None:
+            base = delivery.result().offset
+            for on_sent, partition, index in callbacks:
+                on_sent(partition, base + index)
+        elif not group.done():
+            group.set_exception(error)
+        if not left and not group.done():
+            group.set_result(None)
 
-    return resolve
+    if not deliveries:
+        group.set_result(None)
+    for delivery, callbacks in deliveries:
+        delivery.add_done_callback(functools.partial(done, callbacks=callbacks))
 
 
 class Outbox:

@@ -551,17 +551,18 @@ class Publisher:
 
 async def _confirmed(records: Callable[[], list[Awaitable[Any]]], what: str) -> None:
     """Send ``records()`` until the broker confirms every one, re-sending all with backoff
-    (the caller is held meanwhile, never committed past)."""
+    (the caller is held meanwhile, never committed past). Records sent together share
+    their delivery (``Outbox``), awaited once."""
     backoff = Backoff(0.2, 10.0)
     while True:
         futures = records()
-        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        deliveries = list(dict.fromkeys(futures))
+        outcomes = await asyncio.gather(*deliveries, return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         if not failed:
             return
         log.warning(
-            "%d of %d %s not delivered (%s); re-sending in %.1f s",
-            len(failed),
+            "%d %s not all delivered (%s); re-sending in %.1f s",
             len(futures),
             what,
             safe_text(repr(failed[0]), 300),
