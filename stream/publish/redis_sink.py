@@ -424,11 +424,10 @@ class RedisSink:
             try:
                 results = await self._execute(calls)
             except rx.NoScriptError:
-                if not cluster:
-                    raise
-                # A master without the scripts (a failover promoted a replica: Redis 7 does
-                # not replicate its script cache): load them everywhere, run the batch
-                # again (every script is idempotent, and per slot the order is kept).
+                # Redis without the scripts (a restart, a failover to a replica, SCRIPT
+                # FLUSH: the script cache is neither persisted nor replicated): load them
+                # everywhere, run the batch again (every script is idempotent, and per
+                # slot the order is kept).
                 await self._load_scripts()
                 results = await self._execute(calls)
         except Exception as error:
@@ -438,21 +437,17 @@ class RedisSink:
         return [int(results[call] if at < 0 else results[call][at]) for call, at in positions]
 
     async def _execute(self, calls: list[tuple[Any, list[Any], list[Any]]]) -> list[Any]:
-        """One pipeline of script calls. A cluster client splits it per master, sent
-        concurrently, each in order; it refuses ``Script`` objects in a pipeline (their
-        load-on-NOSCRIPT cannot work there), so it gets the plain ``EVALSHA`` and
-        ``write`` loads the scripts on a NOSCRIPT."""
+        """One pipeline of ``EVALSHA`` calls (a cluster client splits it per master, sent
+        concurrently, each in order). Not redis-py's ``Script`` objects: a pipeline holding
+        them asks ``SCRIPT EXISTS`` first, a round trip per batch, and a cluster pipeline
+        refuses them; ``write`` loads the scripts on a NOSCRIPT instead."""
         pipe = self.client.pipeline(transaction=False)
-        if self.layout.cluster:
-            for script, keys, args in calls:
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        else:
-            for script, keys, args in calls:
-                await script(keys=keys, args=args, client=pipe)
+        for script, keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         return list(await pipe.execute(raise_on_error=True))
 
     async def _load_scripts(self) -> None:
-        """``SCRIPT LOAD`` every script on every master (cluster mode)."""
+        """``SCRIPT LOAD`` every script (a cluster client sends it to every master)."""
         for script in self.scripts:
             await self.client.script_load(script.script)
 

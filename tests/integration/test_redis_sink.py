@@ -75,6 +75,32 @@ def test_a_write_never_replaces_a_newer_one(redis_url: str) -> None:
     assert _write(settings, _update(9, "zombie")) == [0]  # an older generation never wins
 
 
+def test_a_batch_is_one_evalsha_and_lost_scripts_are_loaded_again(redis_url: str) -> None:
+    settings = _settings(redis_url)
+    client = _client(settings)
+
+    def calls(command: str) -> int:
+        found = client.info("commandstats").get(f"cmdstat_{command}")
+        return int(found["calls"]) if found else 0
+
+    async def go() -> None:
+        sink = RedisSink(settings)
+        try:
+            assert await sink.write([_update(1, "a")], now_ms=1) == [1]
+            client.config_resetstat()
+            assert await sink.write([_update(2, "b")], now_ms=2) == [1]
+            # no SCRIPT EXISTS ahead of the batch (redis-py's Script in a pipeline asks)
+            assert (calls("evalsha"), calls("script|exists"), calls("script|load")) == (1, 0, 0)
+            client.script_flush()  # a restart without the script cache, a failover
+            assert await sink.write([_update(3, "c")], now_ms=3) == [1]
+            assert calls("script|load") == len(sink.scripts)
+        finally:
+            await sink.close()
+
+    asyncio.run(go())
+    assert _stored(settings)["marker"] == "c"
+
+
 def test_totals_are_the_sum_of_the_latest_tallies(redis_url: str) -> None:
     settings = _settings(redis_url)
     _write(settings, _update(1, "a", (2, 0, 0)))
