@@ -71,51 +71,53 @@ _TEXT_KEYS: Final = {"turn", "step", "index", "dt", "texts"}
 _TOOL_KEYS: Final = {"turn", "step", "index", "id", "dt", "args"}
 
 
+def _bad_row(tag: str, why: str) -> Unreadable:
+    # Module level, not a closure in _check_row: compiled, a closure and its environment
+    # hold each other, a cycle per row left for the collector.
+    return Unreadable(f"malformed {tag} storage row: {why}")
+
+
 def _check_row(value: dict[str, Any], tag: str) -> dict[str, Any]:
     """Validate a chunk row as the dsh decoder does; return it with integral numbers."""
-
-    def bad(why: str) -> Unreadable:
-        return Unreadable(f"malformed {tag} storage row: {why}")
-
     if set(value) != {"type", "seq0", "time0", "data"}:
-        raise bad("envelope must be exactly {type, seq0, time0, data}")
+        raise _bad_row(tag, "envelope must be exactly {type, seq0, time0, data}")
     seq0, time0, data = _safe_int(value["seq0"]), _safe_int(value["time0"]), value["data"]
     if seq0 is None or seq0 < 0:
-        raise bad("seq0 must be a non-negative safe integer")
+        raise _bad_row(tag, "seq0 must be a non-negative safe integer")
     if time0 is None:
-        raise bad("time0 must be a safe integer")
+        raise _bad_row(tag, "time0 must be a safe integer")
     if type(data) is not dict:
-        raise bad("data must be an object")
+        raise _bad_row(tag, "data must be an object")
     payload_key, _ = CHUNK_ROWS[tag]
     keys = set(data)
     if tag == "tool-call-chunks":
         if keys != _TOOL_KEYS and keys != _TOOL_KEYS | {"name"}:
-            raise bad("data must be exactly {turn, step, index, id, name?, dt, args}")
+            raise _bad_row(tag, "data must be exactly {turn, step, index, id, name?, dt, args}")
         if type(data["id"]) is not str or ("name" in data and type(data["name"]) is not str):
-            raise bad("id (and name when present) must be strings")
+            raise _bad_row(tag, "id (and name when present) must be strings")
     elif keys != _TEXT_KEYS:
-        raise bad("data must be exactly {turn, step, index, dt, texts}")
+        raise _bad_row(tag, "data must be exactly {turn, step, index, dt, texts}")
     if not (_number(data["turn"]) and _number(data["step"]) and _number(data["index"])):
-        raise bad("turn/step/index must be numbers")
+        raise _bad_row(tag, "turn/step/index must be numbers")
     members = data[payload_key]
     if type(members) is not list or not members or any(type(m) is not str for m in members):
-        raise bad(f"{payload_key} must be a non-empty string array")
+        raise _bad_row(tag, f"{payload_key} must be a non-empty string array")
     gaps = data["dt"]
     if type(gaps) is not list:
-        raise bad("dt must be an array of safe integers")
+        raise _bad_row(tag, "dt must be an array of safe integers")
     dt = [_safe_int(gap) for gap in gaps]
     if None in dt:
-        raise bad("dt must be an array of safe integers")
+        raise _bad_row(tag, "dt must be an array of safe integers")
     if len(dt) != len(members) - 1:
-        raise bad(f"dt length {len(dt)} does not match {len(members)} members")
+        raise _bad_row(tag, f"dt length {len(dt)} does not match {len(members)} members")
     # Float arithmetic past 2^53 would silently rebuild different seqs and times.
     if seq0 + len(members) - 1 > MAX_SAFE_INTEGER:
-        raise bad("member seqs must stay safe integers")
+        raise _bad_row(tag, "member seqs must stay safe integers")
     time = time0
     for gap in dt:
         time += gap  # type: ignore[operator]
         if not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
-            raise bad("member times must stay safe integers")
+            raise _bad_row(tag, "member times must stay safe integers")
     return {**value, "seq0": seq0, "time0": time0, "data": {**data, "dt": dt}}
 
 

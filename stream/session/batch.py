@@ -250,62 +250,47 @@ def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], i
     """``decode``, and the latest integer event time among the message's events."""
     value = message.value or b""
 
-    def dead(reason: str, raw: bytes = value, index: int | None = None) -> DeadLetter:
-        size = None
-        if len(raw) > limits.dead_letter_bytes:
-            raw, size = raw[: limits.dead_letter_bytes], len(raw)
-        return DeadLetter(
-            raw,
-            safe_text(reason, limits.error_chars),
-            message.topic,
-            message.partition,
-            message.offset,
-            index,
-            size,
-        )
-
     key = message.key or b""
     for name, raw in message.headers:
         if name == RESET_HEADER:
-            return (*_reset(key, raw, limits, dead), None)
+            return (*_reset(message, key, raw, limits), None)
     if len(key) > limits.key_bytes:
-        return None, [dead(f"session key of {len(key):,} bytes exceeds {limits.key_bytes:,}")], None
+        too_long = f"session key of {len(key):,} bytes exceeds {limits.key_bytes:,}"
+        return None, [_dead(message, limits, too_long)], None
     try:
         session_id = key.decode()
     except UnicodeDecodeError:
         session_id = ""
     if not session_id:
-        return (
-            None,
-            [dead("no session key (the message key must be the session id, in UTF-8)")],
-            None,
-        )
+        keyless = "no session key (the message key must be the session id, in UTF-8)"
+        return None, [_dead(message, limits, keyless)], None
     if len(value) > limits.message_bytes:
         too_big = f"message of {len(value):,} bytes exceeds {limits.message_bytes:,}"
-        return session_id, [dead(too_big)], None
+        return session_id, [_dead(message, limits, too_big)], None
     try:
         # A segment nests its events one level deeper: parse the message as deep as any
         # parser here reads, then hold each event to the event bound (as `stream fold`).
         body = loads(value, PARSE_DEPTH)
     except Unreadable as error:
-        return session_id, [dead(str(error))], None
+        return session_id, [_dead(message, limits, str(error))], None
     deep = might_nest(value)
     if type(body) is not list:
         if len(value) > limits.event_bytes:
             too_big = f"event of {len(value):,} bytes exceeds {limits.event_bytes:,}"
-            return session_id, [dead(too_big)], None
+            return session_id, [_dead(message, limits, too_big)], None
         try:
             if deep:
                 check_depth(body)
             item = _item(body)
             return session_id, [item], _time(body, item)
         except Unreadable as error:
-            return session_id, [dead(str(error))], None
+            return session_id, [_dead(message, limits, str(error))], None
     if not body:
-        return session_id, [dead("empty segment: a segment must hold at least one event")], None
+        empty = "empty segment: a segment must hold at least one event"
+        return session_id, [_dead(message, limits, empty)], None
     if len(body) > limits.segment_events:
         too_many = f"segment of {len(body):,} events exceeds {limits.segment_events:,}"
-        return session_id, [dead(too_many)], None
+        return session_id, [_dead(message, limits, too_many)], None
     out: list[Item] = []
     latest: int | None = None
     # No element can be larger than the whole message: sizes are measured only when the
@@ -317,7 +302,7 @@ def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], i
                 check_depth(element)
             if sized and len(encoded := dumps(element)) > limits.event_bytes:
                 size = f"event of {len(encoded):,} bytes exceeds {limits.event_bytes:,}"
-                out.append(dead(size, encoded, index))
+                out.append(_dead(message, limits, size, encoded, index))
                 continue
             item = _item(element)
             out.append(item)
@@ -325,24 +310,53 @@ def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], i
             if time is not None and (latest is None or time > latest):
                 latest = time
         except Unreadable as error:
-            out.append(dead(str(error), _reencode(element, value), index))
+            out.append(_dead(message, limits, str(error), _reencode(element, value), index))
     return session_id, out, latest
 
 
 def _reset(
-    key: bytes, raw: bytes | None, limits: Limits, dead: Callable[..., DeadLetter]
+    message: Message, key: bytes, raw: bytes | None, limits: Limits
 ) -> tuple[str | None, list[Any]]:
     if not limits.resets:
-        return None, [dead(f"{RESET_HEADER} records are not taken here (STREAM_RESETS=off)")]
+        reason = f"{RESET_HEADER} records are not taken here (STREAM_RESETS=off)"
+        return None, [_dead(message, limits, reason)]
     try:
         session_id = key.decode() if len(key) <= limits.key_bytes else ""
     except UnicodeDecodeError:
         session_id = ""
     if not session_id:
-        return None, [dead(f"{RESET_HEADER} needs a session key (UTF-8, at most the key bound)")]
+        reason = f"{RESET_HEADER} needs a session key (UTF-8, at most the key bound)"
+        return None, [_dead(message, limits, reason)]
     if raw is None or _GENERATION.fullmatch(raw) is None or int(raw) > MAX_GENERATION:
-        return None, [dead(f"{RESET_HEADER} needs a generation in 1..{MAX_GENERATION}, in digits")]
+        reason = f"{RESET_HEADER} needs a generation in 1..{MAX_GENERATION}, in digits"
+        return None, [_dead(message, limits, reason)]
     return session_id, [Reset(int(raw))]
+
+
+def _dead(
+    message: Message,
+    limits: Limits,
+    reason: str,
+    raw: bytes | None = None,
+    index: int | None = None,
+) -> DeadLetter:
+    """A dead letter of ``message`` (or of ``raw``, one element of it), cut to the bound.
+    Module level, not a closure in ``_decode``: compiled, a closure and its environment
+    hold each other, a cycle per message left for the collector (note 016)."""
+    if raw is None:
+        raw = message.value or b""
+    size = None
+    if len(raw) > limits.dead_letter_bytes:
+        raw, size = raw[: limits.dead_letter_bytes], len(raw)
+    return DeadLetter(
+        raw,
+        safe_text(reason, limits.error_chars),
+        message.topic,
+        message.partition,
+        message.offset,
+        index,
+        size,
+    )
 
 
 def _item(element: Any) -> Event | ChunkRun:

@@ -461,3 +461,27 @@ def test_a_reset_needs_a_key_and_a_generation() -> None:
     ):
         (letter,) = fold([message]).dead_letters
         assert "stream-reset needs" in letter.reason
+
+
+def test_a_batch_leaves_no_cyclic_garbage() -> None:
+    """Every object a fold allocates is freed by its reference count: the cyclic collector
+    has nothing to tear down between batches. (Compiled, a closure and its environment
+    hold each other; one per message made the worker's collections take 17-70 ms.)"""
+    import gc
+
+    def batch(start: int) -> list[Message]:
+        good = [msg(user(i), offset=start + i) for i in range(20)]
+        segment = msg([user(100 + i) for i in range(3)], offset=start + 20)
+        bad = [msg(b"{nope", offset=start + 21), msg(user(0), key=b"x" * 2000, offset=start + 22)]
+        return [*good, segment, *bad, reset(1, offset=start + 23)]
+
+    store: dict[bytes, bytes] = {}
+    fold(batch(0), store)  # first use: caches and lazily built tables
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(1, 4):
+            fold(batch(100 * n), store)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
