@@ -18,6 +18,8 @@ from stream.session.batch import DeadLetter
 
 log = logging.getLogger("stream.producer")
 
+Sent = Callable[[int, int], None]  # on_sent(partition, offset)
+
 
 class BackoffAIOKafkaProducer(aiokafka.AIOKafkaProducer):  # type: ignore[misc]
     """aiokafka's producer on a ``BackoffClient`` (its sender shares the client)."""
@@ -84,19 +86,24 @@ class BatchSender:
     async def _flush(self, group: "asyncio.Future[None]") -> None:
         await asyncio.sleep(0)  # the rest of the batch's records join first
         pending, self._pending, self._group = self._pending, [], None
+        deliveries: list[tuple[asyncio.Future[Any], list[tuple[Sent, int, int]]]] = []
         try:
-            deliveries = await self._send(pending)
+            await self._send(pending, deliveries)
         except BaseException as error:
-            if not group.done():
-                group.set_exception(error)
+            # What was submitted before the error still reports its offsets.
+            _settle(group, deliveries, error)
             if not isinstance(error, Exception):
                 raise
             return
         _settle(group, deliveries)
 
-    async def _send(self, pending: list[Any]) -> list[tuple["asyncio.Future[Any]", Any]]:
-        """Every record into record batches, submitted; returns each batch's delivery
-        with the ``on_sent`` callbacks it answers for."""
+    async def _send(
+        self,
+        pending: list[Any],
+        deliveries: list[tuple["asyncio.Future[Any]", list[tuple[Sent, int, int]]]],
+    ) -> None:
+        """Every record into record batches, submitted; each batch's delivery joins
+        ``deliveries`` with the ``on_sent`` callbacks it answers for."""
         producer = self.app.producer._ensure_producer()  # aiokafka's, on this loop
         groups: dict[tuple[str, int], list[Any]] = {}
         topics: dict[str, tuple[list[int], list[int]]] = {}  # looked up once a flush
@@ -105,7 +112,6 @@ class BatchSender:
             if partition is None:
                 partition = await self._partition(producer, topic, record[2], topics)
             groups.setdefault((topic, partition), []).append(record)
-        deliveries = []
         for (topic, partition), records in groups.items():
             start = 0
             while start < len(records):
@@ -124,7 +130,6 @@ class BatchSender:
                 delivery = await producer.send_batch(batch, topic, partition=partition)
                 deliveries.append((delivery, _callbacks(records[start:end], partition)))
                 start = end
-        return deliveries
 
     async def _partition(
         self,
@@ -155,9 +160,6 @@ class BatchSender:
         return chosen
 
 
-Sent = Callable[[int, int], None]  # on_sent(partition, offset)
-
-
 def _callbacks(records: list[Any], partition: int) -> list[tuple[Sent, int, int]]:
     """Per ``on_sent`` callback of a record batch: its partition and the index of its
     last record there."""
@@ -171,25 +173,29 @@ def _callbacks(records: list[Any], partition: int) -> list[tuple[Sent, int, int]
 def _settle(
     group: "asyncio.Future[None]",
     deliveries: list[tuple["asyncio.Future[Any]", list[tuple[Sent, int, int]]]],
+    error: BaseException | None = None,
 ) -> None:
-    """Resolve ``group`` once every delivery is done, with the first failure if any;
-    each delivered record batch runs its ``on_sent`` callbacks with its offsets."""
+    """Resolve ``group`` once every delivery is done, failed with ``error`` or the first
+    failure if any; each delivered record batch runs its ``on_sent`` callbacks with its
+    offsets."""
     left = len(deliveries)
 
     def done(delivery: "asyncio.Future[Any]", callbacks: list[tuple[Sent, int, int]]) -> None:
         nonlocal left
         left -= 1
-        error = delivery.exception() if not delivery.cancelled() else asyncio.CancelledError()
-        if error is None:
+        failure = delivery.exception() if not delivery.cancelled() else asyncio.CancelledError()
+        if failure is None:
             base = delivery.result().offset
             for on_sent, partition, index in callbacks:
                 on_sent(partition, base + index)
         elif not group.done():
-            group.set_exception(error)
+            group.set_exception(failure)
         if not left and not group.done():
             group.set_result(None)
 
-    if not deliveries:
+    if error is not None and not group.done():
+        group.set_exception(error)
+    elif not deliveries:
         group.set_result(None)
     for delivery, callbacks in deliveries:
         delivery.add_done_callback(functools.partial(done, callbacks=callbacks))

@@ -364,6 +364,34 @@ def test_a_failed_delivery_fails_every_record_of_it() -> None:
     assert all(isinstance(o, RuntimeError) for o in outcomes)
 
 
+def test_records_of_one_turn_share_their_delivery_and_submitted_ones_still_report() -> None:
+    class SecondRefused(FakeProducer):
+        async def send_batch(self, batch: FakeBuilder, topic: str, *, partition: int) -> Any:
+            if self.sent:
+                raise RuntimeError("accumulator full")
+            return await super().send_batch(batch, topic, partition=partition)
+
+    producer = SecondRefused(capacity=10)
+    persisted: list[tuple[int, int]] = []
+
+    def persist(partition: int, offset: int) -> None:
+        persisted.append((partition, offset))
+
+    async def run() -> list[Any]:
+        sender = app_producer.BatchSender(FakeProducerApp(producer))
+        futures = [sender.add("rows", i % 2, b"k%d" % i, b"v", on_sent=persist) for i in range(4)]
+        assert all(f is futures[0] for f in futures)  # one delivery for one turn's records
+        outcomes = await asyncio.gather(futures[0], return_exceptions=True)
+        await asyncio.sleep(0)  # the submitted batch's callbacks
+        later = sender.add("rows", 0, b"k", b"v")
+        assert later is not futures[0]  # a new turn, a new delivery
+        return outcomes
+
+    (outcome,) = asyncio.run(run())
+    assert isinstance(outcome, RuntimeError)  # the turn failed: its records are re-sent
+    assert persisted == [(0, 1)]  # the record batch submitted before still reports
+
+
 def test_a_record_that_fits_no_batch_fails_the_send_loudly() -> None:
     producer = FakeProducer(capacity=0)
 
