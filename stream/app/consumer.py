@@ -150,6 +150,8 @@ class BulkConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(CONSUMER_FETCHING)
+                if holes.dropped and not self._seeking:
+                    await self._fetch_dropped_again()
                 records, active = await self._wait_next_records(1.0)
                 generation = app.consumer_generation_id
                 await self.sleep(0)
@@ -168,7 +170,10 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 stale = False
                 for tp, batch in records.items():
                     if stale or not self.flow_active or app.consumer_generation_id != generation:
-                        break  # as getmany: the rest is fetched again after the rebalance
+                        # As getmany: the rest is fetched again after the rebalance or the
+                        # seek, unless the seek had already taken effect (_fetch_dropped_again).
+                        holes.drop([(p, b) for p, b in records.items() if p.topic in bulk_topics])
+                        break
                     if not (active is None or tp in active or tp in self._buffered_partitions):
                         continue
                     app.monitor.track_tp_end_offset(tp, self.highwater(tp))
@@ -188,6 +193,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
                                     pending, taken = [], None
                                 if self._seek_moved(epoch) or self.suspend_flow.is_set():
                                     stale = True  # a seek or a rebalance came first
+                                    holes.drop([(tp, [message])])
                                     break
                                 await self._fetch_again(tp, r_offset, offset)
                                 break
@@ -252,6 +258,31 @@ class BulkConsumer(faust_aiokafka.Consumer):
             self.log.info("%s: not fetched again (%r)", tp, error)
             return
         self._read_offset[tp] = last
+
+    async def _fetch_dropped_again(self) -> None:  # pragma: no cover - broker
+        """Records dropped because a seek was under way (``_seek_moved``) may have been
+        fetched after the seek took effect, from where it put the fetcher: then nothing
+        brings them again until the partition's next record shows the jump, and the last
+        records of a quiet partition would wait for good (seen after an out-of-range
+        reset during recovery's seek). So once no seek is under way, each partition with
+        dropped records not read since is fetched again from its read offset (a duplicate
+        at most), or from its beginning when nothing was read since the seek put it there.
+        """
+        holes = self._holes
+        dropped, holes.dropped = holes.dropped, {}
+        for tp, first in dropped.items():
+            last = self._read_offset.get(tp)
+            if last is not None:
+                if last < first:
+                    await self._fetch_again(tp, last, first)
+                continue
+            self.log.info(
+                "%s: records from %d dropped during a seek: from the start again", tp, first
+            )
+            try:
+                await self._thread.seek_to_beginning(TopicPartition(tp.topic, tp.partition))
+            except Exception as error:  # no longer assigned: the rebalance seeks it anyway
+                self.log.info("%s: not fetched again (%r)", tp, error)
 
     def _new_consumer_thread(self) -> "BackoffConsumerThread":
         return BackoffConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -335,7 +366,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         index = app.topics._tp_index  # type: ignore[attr-defined]
         read_offset = self._read_offset
         handed = self._holes.handed
-        for tp, messages in parts:
+        for at, (tp, messages) in enumerate(parts):
             if not messages:
                 continue
             channels = index.get(tp)
@@ -346,9 +377,11 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 # recovery resumes the app's flow before the consumer's, and records
                 # dropped in between would never come again (no seek follows).
                 if _queued(queue) >= queue.maxsize and not await self._room(queue, epoch):
-                    return  # a rebalance or a seek: the rest is fetched again after it
+                    self._holes.drop(parts[at:])  # a rebalance or a seek: fetched again
+                    return
             generation = app.consumer_generation_id
             if self._seek_moved(epoch):
+                self._holes.drop(parts[at:])
                 return
             if messages[-1].generation_id != generation:
                 # A rebalance while the drain loop built them: keep those before it.
@@ -371,6 +404,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
                         return
                 read_offset[tp] = handed[tp] = messages[-1].offset
             if cut:
+                self._holes.drop(parts[at + 1 :])
                 return  # the rest is fetched again after the rebalance
 
     async def _decoded(
@@ -471,6 +505,9 @@ class Holes:
         # over), and then the span comes back as redeliveries rather than as a loss.
         self.handed: dict[Any, int] = {}
         self.refetched = 0  # spans that came back without having been handed over
+        # tp -> the first offset of records dropped because a seek or a rebalance came
+        # first (BulkConsumer._fetch_dropped_again)
+        self.dropped: dict[Any, int] = {}
 
     def confirmed(self, tp: Any, last: int, offset: int) -> bool:
         """True when this very jump was fetched again already (a real hole); otherwise it
@@ -480,6 +517,13 @@ class Holes:
             return True
         self.spans[tp] = (last, offset)
         return False
+
+    def drop(self, parts: list[tuple[Any, list[Any]]]) -> None:
+        """Records of ``parts`` (partition, its records) were dropped, not handed over."""
+        for tp, messages in parts:
+            if messages:
+                first = messages[0].offset
+                self.dropped[tp] = min(first, self.dropped.get(tp, first))
 
     def taken(self, tp: Any, offset: int, log: Any) -> None:
         """A record of ``tp`` was taken without a jump before it."""

@@ -567,6 +567,17 @@ def test_a_span_handed_over_before_a_seek_moved_the_read_offset_back_is_redelive
     assert holes.refetched == 0 and not log.warnings and log.infos
 
 
+def test_records_dropped_for_a_seek_are_noted_from_their_first_offset() -> None:
+    @dataclass
+    class Record:
+        offset: int
+
+    holes = app_consumer.Holes()
+    holes.drop([(("events", 0), [Record(75), Record(76)]), (("events", 1), [])])
+    holes.drop([(("events", 0), [Record(80)])])  # later ones of the same partition
+    assert holes.dropped == {("events", 0): 75}  # fetched again from the read offset
+
+
 def test_nothing_fetched_before_or_during_a_seek_to_committed_is_handed_over() -> None:
     """Table recovery skips an input partition's records as not yet active (the fetcher
     moves past them), then seeks every partition to its committed offset. A fetch taken
