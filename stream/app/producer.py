@@ -175,28 +175,35 @@ def _settle(
     deliveries: list[tuple["asyncio.Future[Any]", list[tuple[Sent, int, int]]]],
     error: BaseException | None = None,
 ) -> None:
-    """Resolve ``group`` once every delivery is done, failed with ``error`` or the first
-    failure if any; each delivered record batch runs its ``on_sent`` callbacks with its
+    """Resolve ``group`` once every delivery is done: failed with ``error`` or the first
+    failure if there was one (the caller re-sends only then, as with a future per
+    record). Each delivered record batch runs its ``on_sent`` callbacks with its
     offsets."""
     left = len(deliveries)
+    failure: list[BaseException | None] = [error]
+
+    def finish() -> None:
+        if not group.done():
+            if failure[0] is None:
+                group.set_result(None)
+            else:
+                group.set_exception(failure[0])
 
     def done(delivery: "asyncio.Future[Any]", callbacks: list[tuple[Sent, int, int]]) -> None:
         nonlocal left
         left -= 1
-        failure = delivery.exception() if not delivery.cancelled() else asyncio.CancelledError()
-        if failure is None:
+        failed = delivery.exception() if not delivery.cancelled() else asyncio.CancelledError()
+        if failed is None:
             base = delivery.result().offset
             for on_sent, partition, index in callbacks:
                 on_sent(partition, base + index)
-        elif not group.done():
-            group.set_exception(failure)
-        if not left and not group.done():
-            group.set_result(None)
+        elif failure[0] is None:
+            failure[0] = failed
+        if not left:
+            finish()
 
-    if error is not None and not group.done():
-        group.set_exception(error)
-    elif not deliveries:
-        group.set_result(None)
+    if not deliveries:
+        finish()
     for delivery, callbacks in deliveries:
         delivery.add_done_callback(functools.partial(done, callbacks=callbacks))
 

@@ -392,6 +392,36 @@ def test_records_of_one_turn_share_their_delivery_and_submitted_ones_still_repor
     assert persisted == [(0, 1)]  # the record batch submitted before still reports
 
 
+def test_a_turns_delivery_fails_only_once_every_record_batch_is_done() -> None:
+    held: list[asyncio.Future[Any]] = []
+
+    class FirstFailsSecondHeld(FakeProducer):
+        async def send_batch(self, batch: FakeBuilder, topic: str, *, partition: int) -> Any:
+            delivery: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            if not self.sent:
+                delivery.set_exception(RuntimeError("not leader"))
+            else:
+                held.append(delivery)
+            self.sent.append((topic, partition, batch.records))
+            return delivery
+
+    persisted: list[tuple[int, int]] = []
+
+    async def run() -> None:
+        sender = app_producer.BatchSender(FakeProducerApp(FirstFailsSecondHeld()))
+        group = sender.add("rows", 0, b"a", b"v")
+        sender.add("rows", 1, b"b", b"v", on_sent=lambda p, o: persisted.append((p, o)))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert held and not group.done()  # the other record batch is still in flight
+        held[0].set_result(Delivered(7))
+        with pytest.raises(RuntimeError, match="not leader"):
+            await group
+
+    asyncio.run(run())
+    assert persisted == [(1, 7)]
+
+
 def test_a_record_that_fits_no_batch_fails_the_send_loudly() -> None:
     producer = FakeProducer(capacity=0)
 
