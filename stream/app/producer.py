@@ -63,6 +63,7 @@ class BatchSender:
         self._group: asyncio.Future[None] | None = None  # the pending records' delivery
         self._partitions: dict[str, tuple[int, dict[bytes, int]]] = {}
         self._flushing: asyncio.Task[None] | None = None
+        self._sending = asyncio.Lock()  # one flush submits at a time: records stay in order
 
     def add(
         self,
@@ -88,7 +89,8 @@ class BatchSender:
         pending, self._pending, self._group = self._pending, [], None
         deliveries: list[tuple[asyncio.Future[Any], list[tuple[Sent, int, int]]]] = []
         try:
-            await self._send(pending, deliveries)
+            async with self._sending:
+                await self._send(pending, deliveries)
         except BaseException as error:
             # What was submitted before the error still reports its offsets.
             _settle(group, deliveries, error)

@@ -422,6 +422,35 @@ def test_a_turns_delivery_fails_only_once_every_record_batch_is_done() -> None:
     assert persisted == [(1, 7)]
 
 
+def test_a_later_turn_is_submitted_after_the_one_before_it() -> None:
+    gate = asyncio.Event()
+
+    class FirstWaits(FakeProducer):
+        calls = 0
+
+        async def send_batch(self, batch: FakeBuilder, topic: str, *, partition: int) -> Any:
+            self.calls += 1
+            if self.calls == 1:
+                await gate.wait()  # the accumulator is full: send_batch waits for room
+            return await super().send_batch(batch, topic, partition=partition)
+
+    producer = FirstWaits()
+
+    async def run() -> None:
+        sender = app_producer.BatchSender(FakeProducerApp(producer))
+        first = sender.add("rows", 0, b"a", b"1")
+        for _ in range(3):
+            await asyncio.sleep(0)  # the first turn is in send_batch, waiting
+        second = sender.add("rows", 0, b"a", b"2")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(run())
+    assert [records[0][1] for _, _, records in producer.sent] == [b"1", b"2"]
+
+
 def test_a_record_that_fits_no_batch_fails_the_send_loudly() -> None:
     producer = FakeProducer(capacity=0)
 
