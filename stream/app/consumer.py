@@ -44,8 +44,9 @@ on the backoff clients of ``stream.app.backoff``.
 """
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
@@ -360,6 +361,14 @@ class BulkConsumer(faust_aiokafka.Consumer):
         without touching the read offsets: the consumer fetches them again from where the
         rebalance or the seek put it (a read offset set after the seek would skip them).
         """
+        handed = await self._handed_over(parts, epoch)
+        if handed < len(parts):
+            self._holes.drop(parts[handed:])  # fetched again: a rebalance or a seek came first
+
+    async def _handed_over(
+        self, parts: list[tuple[Any, list[Any]]], epoch: int
+    ) -> int:  # pragma: no cover
+        """``_hand_over`` up to the first part not handed over whole; returns its index."""
         app = self.app
         await app.flow_control.acquire()  # held here while a rebalance suspends the flow
         await app.producer.buffer.wait_until_ebb()
@@ -376,13 +385,12 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 # Only a full queue waits, and only a wait gives up on a suspended flow:
                 # recovery resumes the app's flow before the consumer's, and records
                 # dropped in between would never come again (no seek follows).
-                if _queued(queue) >= queue.maxsize and not await self._room(queue, epoch):
-                    self._holes.drop(parts[at:])  # a rebalance or a seek: fetched again
-                    return
+                full = functools.partial(_bulk_full, queue)
+                if full() and not await self._room(full, epoch):
+                    return at
             generation = app.consumer_generation_id
             if self._seek_moved(epoch):
-                self._holes.drop(parts[at:])
-                return
+                return at
             if messages[-1].generation_id != generation:
                 # A rebalance while the drain loop built them: keep those before it.
                 messages = [m for m in messages if m.generation_id == generation]
@@ -401,11 +409,11 @@ class BulkConsumer(faust_aiokafka.Consumer):
                     if len(raw) < len(channels) and not await self._decoded(
                         [c for c in channels if c not in raw], messages, epoch
                     ):
-                        return
+                        return at  # the raw channels take them again: duplicates at most
                 read_offset[tp] = handed[tp] = messages[-1].offset
             if cut:
-                self._holes.drop(parts[at + 1 :])
-                return  # the rest is fetched again after the rebalance
+                return at + 1  # the rest is fetched again after the rebalance
+        return len(parts)
 
     async def _decoded(
         self, channels: list[Any], messages: list[Any], epoch: int
@@ -419,16 +427,15 @@ class BulkConsumer(faust_aiokafka.Consumer):
                     message.ack(self)  # does, that channel's reference is released
                     continue
                 queue = channel.queue
-                while queue.full():
-                    if self.suspend_flow.is_set() or self._seek_moved(epoch):
-                        return False
-                    await asyncio.sleep(0.001)
+                if queue.full() and not await self._room(queue.full, epoch):
+                    return False
                 queue.put_nowait(event)
         return True
 
-    async def _room(self, queue: Any, epoch: int) -> bool:
-        """Wait until ``queue`` holds fewer events than its size: the back-pressure of the
-        bulk path (a list goes in whole, so a queue can hold one fetch's records beyond).
+    async def _room(self, full: Callable[[], bool], epoch: int) -> bool:
+        """Wait until a queue is no longer ``full``: for a raw channel, until it holds
+        fewer events than its size, the back-pressure of the bulk path (a list goes in
+        whole, so a queue can hold one fetch's records beyond).
 
         The hand-over itself waits, so the drain loop fetches nothing more meanwhile (the
         fetcher keeps at most one response per partition). Faust's way, pausing the
@@ -439,7 +446,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         partitions fill again (docs/notes/016). False: a rebalance or a seek came first.
         """
         suspended = self.suspend_flow.is_set
-        while _queued(queue) >= queue.maxsize:
+        while full():
             if suspended() or self._seek_moved(epoch):
                 return False
             await asyncio.sleep(0.001)  # the agent takes a batch at a time
@@ -483,6 +490,12 @@ class BulkConsumer(faust_aiokafka.Consumer):
 def _queued(queue: Any) -> int:
     """Events in a raw channel's queue (its items are lists of them)."""
     return getattr(queue, "bulk_events", 0)
+
+
+def _bulk_full(queue: Any) -> bool:
+    """A raw channel's queue holds as many events as its size, or more."""
+    size: int = queue.maxsize
+    return _queued(queue) >= size
 
 
 class Holes:
@@ -621,8 +634,10 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
                 if remaining <= 0:
                     break
                 await asyncio.sleep(min(remaining, 0.005))
-        while len(messages) < max_ and not queue.empty():
-            messages = messages + _taken(queue, queue.get_nowait())
+        if len(messages) < max_ and not queue.empty():
+            messages = list(messages)  # the hand-over's list may be another channel's too
+            while len(messages) < max_ and not queue.empty():
+                messages.extend(_taken(queue, queue.get_nowait()))
         if len(messages) > max_:
             messages, rest = messages[:max_], messages[max_:]
         if not flow_active():

@@ -571,6 +571,45 @@ def test_the_hand_over_queues_while_only_the_consumers_flow_is_still_suspended(
     assert all(m.refcount == 1 for m in queued)
 
 
+def test_a_hand_over_a_seek_came_before_notes_what_it_dropped(tmp_path: Path) -> None:
+    """Records fetched before a seek are not handed over (the seek brings them again),
+    and each partition's first dropped offset is noted, so they are fetched again even
+    when the seek took effect before they were fetched (``_fetch_dropped_again``)."""
+    from faust.types.tuples import Message as FaustMessage
+
+    async def run() -> tuple[bool, dict[Any, int], Any]:
+        settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
+        app = build_app(settings, 2)
+        consumer = app.consumer
+        channel = FakeChannel()
+        channel.schema = app.topic("events-in", **RAW).schema  # type: ignore[attr-defined]
+        parts = []
+        for partition, first in ((0, 7), (1, 40)):
+            tp = TP("events-in", partition)
+            app.topics._tp_index[tp].add(channel)
+            parts.append(
+                (
+                    tp,
+                    [
+                        FaustMessage(
+                            "events-in", partition, offset, 0.0, 0, None, b"k", b"v", None
+                        )
+                        for offset in (first, first + 1)
+                    ],
+                )
+            )
+        app.flow_control.resume()
+        epoch = consumer._seek_epoch
+        consumer._seek_epoch += 1  # a seek since the fetch (what ``seek`` does first)
+        await consumer._hand_over(parts, epoch)
+        return channel.queue.empty(), consumer._holes.dropped, consumer._read_offset
+
+    empty, dropped, read_offset = asyncio.run(run())
+    assert empty
+    assert dropped == {TP("events-in", 0): 7, TP("events-in", 1): 40}
+    assert TP("events-in", 1) not in read_offset
+
+
 def test_faust_is_the_version_the_bulk_consumer_was_written_against() -> None:
     assert faust.__version__ == app_consumer.FAUST_VERSION
 
