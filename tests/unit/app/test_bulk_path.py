@@ -591,9 +591,7 @@ def test_a_hand_over_a_seek_came_before_notes_what_it_dropped(tmp_path: Path) ->
                 (
                     tp,
                     [
-                        FaustMessage(
-                            "events-in", partition, offset, 0.0, 0, None, b"k", b"v", None
-                        )
+                        FaustMessage("events-in", partition, offset, 0.0, 0, None, b"k", b"v", None)
                         for offset in (first, first + 1)
                     ],
                 )
