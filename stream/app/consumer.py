@@ -27,8 +27,8 @@ guarantees:
   stream: up to ``max_`` messages, whatever has arrived when the agent is free (the batch
   grows with the load by itself). Messages taken while flow control is suspended wait for
   it to resume; those of an older consumer generation are then dropped unacked (the
-  rebalance seeks back: they are fetched again from the committed offset). Each taken
-  message is tracked (``Consumer.track_message``) before the batch is handed out, so
+  rebalance seeks back: they are fetched again from the committed offset). Each batch is
+  tracked as one (``Batch``, in the consumer's unacked set) before it is handed out, so
   ``stream_wait_empty`` still waits for it at a rebalance or shutdown; the caller acks
   the batch with ``ack`` after it is delivered (``BulkConsumer.ack_many``: Faust's
   bookkeeping in one pass). Offsets, commits and the producer flush before a commit stay
@@ -455,13 +455,13 @@ class BulkConsumer(faust_aiokafka.Consumer):
     def ack_many(self, messages: Iterable[Any]) -> None:
         """``Consumer.ack`` for each message whose last reference this releases, in one
         pass (faust-streaming 0.15.3's bookkeeping: the offset joins the partition's acked
-        offsets unless a commit already passed it; the commit computes from them)."""
+        offsets unless a commit already passed it; the commit computes from them). The
+        messages are not in the unacked set: ``batches`` tracks each batch as one."""
         topics = self.app.topics
         acking = topics.acking_topics
         committed_offsets = self._committed_offset
         acked_index = self._acked_index
         acked = self._acked
-        unacked = self._unacked_messages
         count = 0
         with ack_lock:
             for message in messages:
@@ -479,7 +479,6 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 if committed is None or offset >= committed:
                     index = acked_index[tp]
                     if offset not in index:
-                        unacked.discard(message)
                         index.add(offset)
                         acked[tp].append(offset)
                         count += 1
@@ -599,7 +598,7 @@ def install(app: Any, topics: Iterable[str], fetch_max_wait: float | None = None
     quiet_aiokafka()
 
 
-async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[list[Any]]:
+async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator["Batch"]:
     """Batches of messages from the agent's channel, each tracked, none acked.
 
     The channel must be raw and its topics bulk (``install``): the hand-over puts a
@@ -613,9 +612,8 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
     queue = channel.queue
     consumer = app.consumer
     _keep_on_resume(queue)
-    track = consumer.track_message
+    track = consumer._unacked_messages.add
     flow_active = app.flow_control.is_active
-    acking_topics = app.topics.acking_topics
     inbound = app.monitor.stream_inbound_time
     loop = asyncio.get_running_loop()
     rest: list[Any] = []  # what the last batch left of a list
@@ -644,21 +642,40 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
             # A rebalance (or recovery) holds the flow: wait it out, then keep what is still
             # of the current generation (a rebalance moves it on and seeks back).
             await app.flow_control.acquire()
-        taken: list[Any] = []
+        taken = Batch()
         generation = app.consumer_generation_id
         now = time.monotonic()
         for message in messages:
             if message.generation_id != generation:
                 continue  # stale: fetched again from the committed offset
-            if not message.tracked and message.topic in acking_topics:
-                message.tracked = True
-                track(message)
             inbound[message.tp] = now
             taken.append(message)
         if rest and rest[0].generation_id != generation:
             rest = [m for m in rest if m.generation_id == generation]
         if taken:
+            track(taken)
             yield taken
+
+
+class Batch(list[Any]):
+    """A batch of messages, tracked as one: in the consumer's unacked messages (a weak
+    set) from ``batches`` until ``ack``, so Faust's ``wait_empty`` waits for it at a
+    rebalance or shutdown, as it waits for each message it tracks itself. One entry per
+    batch, not one per message (about a microsecond each, added and discarded)."""
+
+    acked = False
+    # By identity, as the set's other entries: two batches are never one entry.
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    @property
+    def refcount(self) -> int:  # what ``wait_empty`` logs of each entry it waits for
+        return 0 if self.acked else len(self)
 
 
 def _taken(queue: Any, item: Any) -> list[Any]:
@@ -693,7 +710,15 @@ def ack(messages: list[Any], consumer: Any) -> None:
     many = getattr(consumer, "ack_many", None)
     if many is not None:
         many(messages)
-        return
+    else:
+        _ack_each(messages, consumer)
+    if isinstance(messages, Batch):  # its messages acked: the batch leaves the unacked set
+        messages.acked = True
+        consumer._unacked_messages.discard(messages)
+        notify(consumer._waiting_for_ack)
+
+
+def _ack_each(messages: list[Any], consumer: Any) -> None:
     consumer_ack = consumer.ack
     with ack_lock:  # what Message.ack holds; re-entered by Consumer.ack
         for message in messages:
@@ -707,6 +732,7 @@ def ack(messages: list[Any], consumer: Any) -> None:
 __all__ = [
     "FAUST_VERSION",
     "BackoffConsumerThread",
+    "Batch",
     "BulkConsumer",
     "BulkTransport",
     "Holes",

@@ -27,7 +27,6 @@ class FakeMessage:
     partition: int
     offset: int
     generation_id: int = 1
-    tracked: bool = False
     acked: bool = False
 
     @property
@@ -39,14 +38,17 @@ class FakeMessage:
 class FakeApp:
     active: bool = True
     consumer_generation_id: int = 1
-    tracked: list[FakeMessage] = field(default_factory=list)
+    tracked: list[Any] = field(default_factory=list)  # the batches tracked, in order
 
     def __post_init__(self) -> None:
         app = self
 
+        class Unacked:
+            def add(self, batch: Any) -> None:
+                app.tracked.append(batch)
+
         class Consumer:
-            def track_message(self, message: FakeMessage) -> None:
-                app.tracked.append(message)
+            _unacked_messages = Unacked()
 
         class Flow:
             def is_active(self) -> bool:
@@ -151,19 +153,17 @@ def test_anything_but_a_list_on_the_queue_is_refused() -> None:
         asyncio.run(run())
 
 
-def test_taken_messages_are_tracked_once_and_not_acked() -> None:
+def test_a_batch_is_tracked_as_one_and_not_acked() -> None:
     async def run() -> tuple[FakeApp, list[FakeMessage]]:
         app = FakeApp()
         stream = FakeStream(app)
-        messages = _messages(3)
-        messages[1].tracked = True  # already tracked: not tracked again
-        _put(stream.channel.queue, messages)
+        _put(stream.channel.queue, _messages(3))
         return app, await anext(app_consumer.batches(stream, 10))
 
     app, batch = asyncio.run(run())
     assert len(batch) == 3 and not any(m.acked for m in batch)
-    assert [m.offset for m in app.tracked] == [0, 2]
-    assert all(m.tracked for m in batch)
+    assert app.tracked == [batch] and app.tracked[0] is batch
+    assert not batch.acked and batch.refcount == 3  # what wait_empty logs
 
 
 def test_messages_of_an_older_generation_are_dropped_untracked_and_unacked() -> None:
@@ -177,8 +177,8 @@ def test_messages_of_an_older_generation_are_dropped_untracked_and_unacked() -> 
 
     app, stale, batch = asyncio.run(run())
     assert [m.offset for m in batch] == [2, 3]
-    assert [m.offset for m in app.tracked] == [2, 3]
-    assert not any(m.acked or m.tracked for m in stale)
+    assert [[m.offset for m in tracked] for tracked in app.tracked] == [[2, 3]]
+    assert not any(m.acked for m in stale)
 
 
 def test_messages_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_generation() -> None:
@@ -513,7 +513,6 @@ def test_acking_in_bulk_keeps_fausts_bookkeeping(tmp_path: Path) -> None:
             ] + [FaustMessage("other", 0, 9, 0.0, 0, None, b"k", b"v", None)]
             for message in messages:
                 message.incref(1)
-                consumer.track_message(message)
             messages[4].incref(1)  # another channel still holds offset 5
             if bulk:
                 consumer.ack_many(messages)
@@ -524,7 +523,6 @@ def test_acking_in_bulk_keeps_fausts_bookkeeping(tmp_path: Path) -> None:
                     dict(consumer._acked),
                     {tp: set(index) for tp, index in consumer._acked_index.items()},
                     consumer._n_acked,
-                    sorted(m.offset for m in consumer._unacked_messages),
                     [(m.acked, m.refcount) for m in messages],
                 )
             )
@@ -534,6 +532,39 @@ def test_acking_in_bulk_keeps_fausts_bookkeeping(tmp_path: Path) -> None:
     assert bulk == faust_way
     assert bulk[0] == {TP("events-in", 1): [3, 4]}
     assert bulk[2] == 2
+
+
+def test_an_acked_batch_leaves_the_set_faust_waits_on(tmp_path: Path) -> None:
+    """A rebalance or a shutdown waits (``wait_empty``) until the consumer's unacked set
+    is empty: a batch is in it from ``batches`` until its ``ack``, then gone."""
+    from faust.types.tuples import Message as FaustMessage
+
+    async def run() -> tuple[int, int, list[int], bool]:
+        settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
+        app = build_app(settings, 2)
+        app.topics._acking_topics.add("events-in")
+        consumer = app.transport.create_consumer(
+            callback=_unused, on_partitions_revoked=_unused, on_partitions_assigned=_unused
+        )
+        batch = app_consumer.Batch(
+            FaustMessage("events-in", 0, offset, 0.0, 0, None, b"k", b"v", None)
+            for offset in (4, 5)
+        )
+        for message in batch:
+            message.incref(1)
+        consumer._unacked_messages.add(batch)  # what ``batches`` does
+        before = len(consumer._unacked_messages)
+        app_consumer.ack(batch, consumer)
+        return (
+            before,
+            len(consumer._unacked_messages),
+            consumer._acked[TP("events-in", 0)],
+            batch.acked,
+        )
+
+    before, after, acked, batch_acked = asyncio.run(run())
+    assert (before, after) == (1, 0)
+    assert acked == [4, 5] and batch_acked
 
 
 def test_the_hand_over_queues_while_only_the_consumers_flow_is_still_suspended(
