@@ -452,6 +452,33 @@ class BulkConsumer(faust_aiokafka.Consumer):
             await asyncio.sleep(0.001)  # the agent takes a batch at a time
         return not suspended() and not self._seek_moved(epoch)
 
+    def _new_offset(self, tp: TP) -> int | None:
+        """Faust's ``_new_offset`` (0.15.3): the offset after the first run of consecutive
+        acked offsets, which leave the acked list. Faust finds the run a Python call per
+        offset (``consecutive_numbers``), tens of milliseconds per commit on the loop at
+        tens of thousands of events a second; the acked offsets are unique (the acked
+        index), so once sorted the run ends where ``acked[i] - acked[0]`` first exceeds
+        ``i``: a binary search. Partitions with gaps take Faust's way."""
+        acked = self._acked[tp]
+        if not acked or self._gap.get(tp):
+            return super()._new_offset(tp)
+        acked.sort()
+        first = acked[0]
+        committed = self._committed_offset[tp]
+        if committed and first - committed > 1:
+            return None  # the next offset to commit is not acked yet
+        low, high = 1, len(acked)  # acked[:low] is a run; acked[:high + 1] is not, or ends
+        while low < high:
+            middle = (low + high + 1) // 2
+            if acked[middle - 1] - first == middle - 1:
+                low = middle
+            else:
+                high = middle - 1
+        run = acked[:low]
+        del acked[:low]
+        self._acked_index[tp].difference_update(run)
+        return run[-1] + 1
+
     def ack_many(self, messages: Iterable[Any]) -> None:
         """``Consumer.ack`` for each message whose last reference this releases, in one
         pass (faust-streaming 0.15.3's bookkeeping: the offset joins the partition's acked

@@ -739,3 +739,41 @@ def test_nothing_fetched_before_or_during_a_seek_to_committed_is_handed_over() -
         assert not bulk._seek_moved(bulk._seek_epoch)  # what is fetched after it goes
 
     asyncio.run(go())
+
+
+def test_the_offset_to_commit_is_fausts(tmp_path: Path) -> None:
+    """``BulkConsumer._new_offset`` against Faust's: the same offset and the same acked
+    offsets left, over runs, holes, a commit ahead and behind, and gaps."""
+    import random
+
+    from faust.transport.consumer import Consumer as FaustConsumer
+
+    settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
+    app = build_app(settings, 2)
+    consumer = app.transport.create_consumer(
+        callback=_unused, on_partitions_revoked=_unused, on_partitions_assigned=_unused
+    )
+    tp = TP("events-in", 0)
+    chance = random.Random(7)
+    for case in range(300):
+        offsets = sorted(chance.sample(range(40), chance.randint(1, 30)))
+        if case % 3 == 0:
+            offsets = list(range(offsets[0], offsets[0] + len(offsets)))  # one run
+        chance.shuffle(offsets)
+        committed = chance.choice([None, 0, offsets[0], min(offsets) - 2, min(offsets) + 1])
+        outcomes = []
+        for new_offset in (app_consumer.BulkConsumer._new_offset, FaustConsumer._new_offset):
+            consumer._acked[tp] = list(offsets)
+            consumer._acked_index[tp] = set(offsets)
+            consumer._committed_offset[tp] = committed
+            consumer._gap.pop(tp, None)
+            if case % 10 == 0:
+                asyncio.run(consumer._add_gap(tp, 41, 45))
+            outcomes.append(
+                (
+                    new_offset(consumer, tp),
+                    list(consumer._acked[tp]),
+                    sorted(consumer._acked_index[tp]),
+                )
+            )
+        assert outcomes[0] == outcomes[1], (offsets, committed)
