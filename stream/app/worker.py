@@ -31,7 +31,7 @@ from stream.ops import control, metrics
 from stream.ops.admin import ensure_topics
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
-from stream.runtime import tune_gc
+from stream.runtime import tune_gc, worker_young
 from stream.session import codec
 from stream.session.batch import BatchResult, Counts, Message, fold_batch
 from stream.session.expiry import Deadlines, sweep
@@ -430,7 +430,7 @@ class Worker:
 
         @app.task  # type: ignore[untyped-decorator]
         async def _tune_gc() -> None:  # once the app's long-lived objects exist
-            tune_gc(freeze=True)
+            tune_gc(freeze=True, young=worker_young(settings.batch_max))
             log.info("%s", native.status())  # which fold runs: compiled or pure Python
 
         @app.task  # type: ignore[untyped-decorator]

@@ -1,0 +1,17 @@
+"""The collector's thresholds (stream.runtime)."""
+
+import gc
+
+from stream.config import Settings
+from stream.runtime import YOUNG, tune_gc, worker_young
+
+
+def test_the_worker_collects_young_objects_past_what_its_batches_hold() -> None:
+    assert worker_young(Settings().batch_max) == 20 * Settings().batch_max
+    assert worker_young(10) == YOUNG  # never below the offline threshold
+    before = gc.get_threshold()
+    try:
+        tune_gc(young=worker_young(25_000))
+        assert gc.get_threshold() == (500_000, 20, 20)
+    finally:
+        gc.set_threshold(*before)
