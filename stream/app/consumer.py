@@ -467,7 +467,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         committed = self._committed_offset[tp]
         if committed and first - committed > 1:
             return None  # the next offset to commit is not acked yet
-        low, high = 1, len(acked)  # acked[:low] is a run; acked[:high + 1] is not, or ends
+        low, high = 1, len(acked)  # the first run is at least low and at most high long
         while low < high:
             middle = (low + high + 1) // 2
             if acked[middle - 1] - first == middle - 1:
