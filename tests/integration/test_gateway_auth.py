@@ -49,7 +49,7 @@ class Sessions:
         )
         key = f"{self.prefix}session:{session_id}"
         now = int(time.time() * 1000)
-        args = [0, "", gen, seq, n, 0, payload, session_id, f"{n} 0 0", now]
+        args = [0, "", f"{gen} {seq} {n} 0 {now} {n} 0 0", payload, session_id]
         keys = [f"{self.prefix}tallies", f"{self.prefix}stats", f"{self.prefix}recent", key]
         assert self.script(keys=keys, args=args) == [1], "the guard refused the write"
         return payload

@@ -886,7 +886,7 @@ def test_the_sharded_scripts_publish_with_spublish_on_the_session_and_its_feed()
         assert sharded.count(f"redis.call('SPUBLISH', {channel},") == 1
         assert sharded.count(f"redis.call('SPUBLISH', {feed},") == 1
     # The sharded batch reads its updates after the feed argument.
-    assert "local a = (i - 4) * 8 + 3" in redis_sink.SESSIONS_WRITE_SHARDED
+    assert "local a = (i - 4) * 3 + 3" in redis_sink.SESSIONS_WRITE_SHARDED
 
 
 def test_cluster_errors_are_transient_and_crossslot_is_not() -> None:
