@@ -326,6 +326,12 @@ def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[s
         "fold_seconds": worker.metric("stream_fold_seconds_sum"),
         "publish_seconds": worker.metric("stream_publish_seconds_sum"),
         "redis_seconds": worker.metric("stream_redis_write_seconds_sum"),
+        **{
+            f"{step}_cpu_seconds": worker.metric(
+                f'stream_batch_loop_cpu_seconds_total{{step="{step}"}}'
+            )
+            for step in ("fold", "kafka", "redis")
+        },
     }
 
 
@@ -347,6 +353,14 @@ def _per_event(before: dict[str, float], after: dict[str, float], events: int) -
             1e3 * d["publish_seconds"] / d["batches"] if d["batches"] else 0.0
         ),
         "redis_ms_per_batch": 1e3 * d["redis_seconds"] / d["batches"] if d["batches"] else 0.0,
+        # The loop thread's CPU in the same steps: the rest of each was waiting (for the
+        # broker, Redis, or the GIL the consumer thread holds).
+        **{
+            f"{step}_cpu_ms_per_batch": (
+                1e3 * d[f"{step}_cpu_seconds"] / d["batches"] if d["batches"] else 0.0
+            )
+            for step in ("fold", "kafka", "redis")
+        },
         "batches": d["batches"],
     }
 
@@ -663,9 +677,12 @@ def render(result: dict[str, Any]) -> str:
             add(
                 "  per batch",
                 f"at {row['rate']:,}/s",
-                f"fold {row['fold_ms_per_batch']:.1f} ms, Kafka"
-                f" {row['publish_ms_per_batch'] - row.get('redis_ms_per_batch', 0.0):.1f} ms,"
-                f" Redis {row.get('redis_ms_per_batch', 0.0):.1f} ms;"
+                f"fold {row['fold_ms_per_batch']:.1f} ms"
+                f" ({row.get('fold_cpu_ms_per_batch', 0.0):.1f} of it the loop's CPU), Kafka"
+                f" {row['publish_ms_per_batch'] - row.get('redis_ms_per_batch', 0.0):.1f}"
+                f" ({row.get('kafka_cpu_ms_per_batch', 0.0):.1f}),"
+                f" Redis {row.get('redis_ms_per_batch', 0.0):.1f}"
+                f" ({row.get('redis_cpu_ms_per_batch', 0.0):.1f}) ms;"
                 f" {n(row['batches'])} batches",
             )
     for row in result.get("scale", []):

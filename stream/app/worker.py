@@ -174,8 +174,11 @@ class Worker:
             Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
             for m in batch
         ]
+        cpu = time.thread_time  # the loop's thread: how much of a step was work, not waiting
+        started = cpu()
         with stats.fold_seconds.time():
             result = fold_batch(messages, self.table.load, self.limits, self.table.kept.recall)  # 1
+        folded = cpu()
         publisher = self.publisher
         with stats.publish_seconds.time():
             records = publisher.records(result)
@@ -185,13 +188,16 @@ class Worker:
                 log.exception("census of a batch not moved")
             await publisher.deliver(result, records)  # 2, 3, 4, 5
             self.table.kept.remember(result.sessions)
+            delivered = cpu()
             with stats.redis_seconds.time():
                 await publisher.cache(result, records)  # 6
+        cached = cpu()
         self.totals.add(result.counts)
         self._log_resets(result)
         self._file(result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack
             stats.observe_batch(messages, result, batch[-1].timestamp)
+            stats.observe_loop_cpu(folded - started, delivered - folded, cached - delivered)
         except Exception:
             log.exception("metrics of a batch not recorded")
 

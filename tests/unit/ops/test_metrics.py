@@ -3,6 +3,7 @@
 from typing import Any
 
 import orjson
+import pytest
 
 from stream.config import Settings
 from stream.ops.metrics import Metrics
@@ -162,3 +163,13 @@ def test_a_sweep_that_repeats_an_earlier_one_counts_nothing_twice_and_keeps_the_
     assert value(m, "stream_sessions_expired_total", how="swept") == 1
     assert value(m, "stream_sessions_live") == 2
     assert value(m, "stream_state_events", outcome="folded") == retired
+
+
+def test_the_loop_cpu_of_each_step_adds_up_and_a_clock_step_back_adds_nothing() -> None:
+    m = metrics()
+    m.observe_loop_cpu(0.020, 0.010, 0.005)
+    m.observe_loop_cpu(0.030, -0.001, 0.004)  # a counter cannot go down: adds nothing
+    name = "stream_batch_loop_cpu_seconds_total"
+    assert value(m, name, step="fold") == pytest.approx(0.050)
+    assert value(m, name, step="kafka") == pytest.approx(0.010)
+    assert value(m, name, step="redis") == pytest.approx(0.009)
