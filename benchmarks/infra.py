@@ -129,14 +129,18 @@ class Infra:
         return found
 
     def redis_counters(self) -> dict[str, int]:
-        """Commands Redis executed (scripts' inner calls included), and EVALSHA calls."""
+        """Commands Redis executed (scripts' inner calls included), EVALSHA calls and the
+        microseconds Redis spent in them."""
         client = self.redis()
         info = client.info("commandstats")
         calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
+        usec = {name.removeprefix("cmdstat_"): int(v["usec"]) for name, v in info.items()}
         stats = client.info("stats")
         return {
             "commands": int(stats["total_commands_processed"]),
             "evalsha": calls.get("evalsha", 0) + calls.get("eval", 0),
+            # Redis' own time in scripts (inner calls and waiting for a core included).
+            "script_usec": usec.get("evalsha", 0) + usec.get("eval", 0),
             "publish": calls.get("publish", 0),
             "all_calls": sum(calls.values()),
         }
