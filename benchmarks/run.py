@@ -60,6 +60,7 @@ from stream import native
 SECTIONS = ("calibrate", "drain", "live", "scale", "replay", "fold", "lifecycle")
 # The targets of the live sweep: p99 per fraction of our single-event drain rate.
 LIVE_TARGETS = {1 / 3: 0.2, 1 / 2: 0.5}
+BATCH_STEPS = ("fold", "kafka", "redis")  # the worker's stream_batch_loop_cpu_seconds steps
 BUSY = 0.9  # cores: a worker behind its load that uses less is throttled, not busy
 
 
@@ -331,7 +332,7 @@ def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[s
             f"{step}_cpu_seconds": worker.metric(
                 f'stream_batch_loop_cpu_seconds_total{{step="{step}"}}'
             )
-            for step in ("fold", "kafka", "redis")
+            for step in BATCH_STEPS
         },
     }
 
@@ -360,7 +361,7 @@ def _per_event(before: dict[str, float], after: dict[str, float], events: int) -
             f"{step}_cpu_ms_per_batch": (
                 1e3 * d[f"{step}_cpu_seconds"] / d["batches"] if d["batches"] else 0.0
             )
-            for step in ("fold", "kafka", "redis")
+            for step in BATCH_STEPS
         },
         # Redis' own time running the batches' scripts: the part of the Redis step that
         # is Redis at work (or waiting for a core), not the worker.

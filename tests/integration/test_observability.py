@@ -42,7 +42,8 @@ def test_counters_agree_with_the_redis_totals_and_the_probes_answer(
     assert samples["stream_redis_retrying"] == 0
     assert samples["stream_ready"] == 1
     assert samples["stream_fold_seconds_count"] == samples["stream_batches_total"]
-    # The loop's CPU in a step is part of its wall time (thread_time ticks coarser: slack).
+    # The loop's CPU in a step is part of its wall time (its clock reads sit just outside
+    # the timer's: a little slack).
     fold_cpu = samples['stream_batch_loop_cpu_seconds_total{step="fold"}']
     slack = 0.01 * samples["stream_batches_total"]
     assert 0 < fold_cpu <= samples["stream_fold_seconds_sum"] + slack
