@@ -150,6 +150,9 @@ class Settings:
     session_timeout: float = 30.0  # how soon the group notices a dead worker
     batch_max: int = 10_000  # a batch grows with the backlog up to this (note 016)
     batch_within: float = 0.0  # s: 0 takes what has arrived (latency first; note 011)
+    # A batch takes whole partitions, longest waiting first, until it holds this many
+    # sessions; the rest take the next turn (0: every partition each batch; note 016).
+    batch_sessions: int = 100
     producer_linger: float = 0.005  # s: records of a batch leave in few requests
     max_poll_interval: float = 3600.0  # s: a held batch must not drop the worker from its group
     # s: the longest a fetch may wait at the broker for new records (Faust's 1.5 s put a busy
@@ -286,6 +289,7 @@ class Settings:
             session_timeout=_float(env, "STREAM_SESSION_TIMEOUT", cls.session_timeout),
             batch_max=_int(env, "STREAM_BATCH_MAX", cls.batch_max, 1),
             batch_within=_float(env, "STREAM_BATCH_WITHIN", cls.batch_within),
+            batch_sessions=_int(env, "STREAM_BATCH_SESSIONS", cls.batch_sessions, 0),
             producer_linger=_float(env, "STREAM_PRODUCER_LINGER", cls.producer_linger),
             max_poll_interval=_float(env, "STREAM_MAX_POLL_INTERVAL", cls.max_poll_interval),
             rocksdb_write_buffer=_int(

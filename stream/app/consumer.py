@@ -46,6 +46,7 @@ on the backoff clients of ``stream.app.backoff``.
 import asyncio
 import functools
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -625,14 +626,24 @@ def install(app: Any, topics: Iterable[str], fetch_max_wait: float | None = None
     quiet_aiokafka()
 
 
-async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator["Batch"]:
+async def batches(
+    stream: Any, max_: int, linger: float = 0.0, sessions: int = 0
+) -> AsyncIterator["Batch"]:
     """Batches of messages from the agent's channel, each tracked, none acked.
 
     The channel must be raw and its topics bulk (``install``): the hand-over puts a
     partition's records on its queue as one list. A batch is what has arrived when the
-    agent asks, up to ``max_`` messages (a list beyond that is split, its rest first in
+    agent asks, up to ``max_`` messages (a partition's records beyond that are first in
     the next batch); with ``linger`` > 0 an incomplete batch waits up to that long for
     more. The caller acks the batch (``ack``) once it is delivered.
+
+    ``sessions`` > 0: a batch takes whole partitions, those waiting longest first, until
+    it holds that many sessions (message keys); the others wait for the next batch, with
+    whatever reaches them meanwhile. A batch costs about the same per session however
+    many events each brings, so when every session has news (a busy worker) one batch of
+    all of them publishes each a whole cycle after its events were taken; partitions in
+    turns publish each group's after its own part of the cycle, at the same cost per
+    event (docs/notes/016).
     """
     app = stream.app
     channel = aiter(stream.channel)  # subscribes the channel, as iterating the stream does
@@ -643,28 +654,25 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
     flow_active = app.flow_control.is_active
     inbound = app.monitor.stream_inbound_time
     loop = asyncio.get_running_loop()
-    rest: list[Any] = []  # what the last batch left of a list
+    waiting = Waiting()  # what has arrived and no batch took yet, per partition
     while not stream.should_stop:
-        if rest:
-            messages, rest = rest, []
-        else:
+        if not waiting:
             try:
-                messages = _taken(queue, await queue.get())
+                waiting.add(_taken(queue, await queue.get()))
             except StopAsyncIteration:  # the channel is closing (shutdown)
                 return
-        if linger > 0 and len(messages) + _queued(queue) < max_:
+        if linger > 0 and waiting.events + _queued(queue) < max_:
             deadline = loop.time() + linger
-            while len(messages) + _queued(queue) < max_:
+            while waiting.events + _queued(queue) < max_:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
                 await asyncio.sleep(min(remaining, 0.005))
-        if len(messages) < max_ and not queue.empty():
-            messages = list(messages)  # the hand-over's list may be another channel's too
-            while len(messages) < max_ and not queue.empty():
-                messages.extend(_taken(queue, queue.get_nowait()))
-        if len(messages) > max_:
-            messages, rest = messages[:max_], messages[max_:]
+        # What the queue holds joins, up to a batch beyond this one: the rest stays on the
+        # queue, whose size holds the hand-over back.
+        while waiting.events < 2 * max_ and not queue.empty():
+            waiting.add(_taken(queue, queue.get_nowait()))
+        messages = waiting.take(max_, sessions)
         if not flow_active():
             # A rebalance (or recovery) holds the flow: wait it out, then keep what is still
             # of the current generation (a rebalance moves it on and seeks back).
@@ -677,11 +685,56 @@ async def batches(stream: Any, max_: int, linger: float = 0.0) -> AsyncIterator[
                 continue  # stale: fetched again from the committed offset
             inbound[message.tp] = now
             taken.append(message)
-        if rest and rest[0].generation_id != generation:
-            rest = [m for m in rest if m.generation_id == generation]
         if taken:
             track(taken)
             yield taken
+
+
+class Waiting:
+    """Messages handed over and not yet in a batch, per partition in the order they
+    began to wait (the one waiting longest first)."""
+
+    def __init__(self) -> None:
+        self.parts: OrderedDict[Any, list[Any]] = OrderedDict()
+        self.events = 0
+
+    def __bool__(self) -> bool:
+        return self.events > 0
+
+    def add(self, messages: list[Any]) -> None:
+        """A list the hand-over put on the queue: one partition's records, in order."""
+        if not messages:
+            return
+        tp = messages[0].tp
+        held = self.parts.get(tp)
+        if held is None:
+            # Copied: the hand-over's list may be another channel's too.
+            self.parts[tp] = list(messages)
+        else:
+            held.extend(messages)
+        self.events += len(messages)
+
+    def take(self, max_: int, sessions: int = 0) -> list[Any]:
+        """Up to ``max_`` messages, whole partitions longest waiting first; with
+        ``sessions`` > 0, no further partition once that many keys are in."""
+        out: list[Any] = []
+        keys = 0
+        parts = self.parts
+        while parts and len(out) < max_:
+            tp, held = next(iter(parts.items()))
+            room = max_ - len(out)
+            if len(held) > room:  # its rest waits first in line
+                out.extend(held[:room])
+                parts[tp] = held[room:]
+                break
+            del parts[tp]
+            out.extend(held)
+            if sessions > 0:
+                keys += len({m.key for m in held})
+                if keys >= sessions:
+                    break
+        self.events -= len(out)
+        return out
 
 
 class Batch(list[Any]):

@@ -291,7 +291,9 @@ class Worker:
     async def _agent(self, stream: Any) -> None:
         app = self.app
         settings = self.settings
-        async for batch in consumer.batches(stream, settings.batch_max, settings.batch_within):
+        async for batch in consumer.batches(
+            stream, settings.batch_max, settings.batch_within, settings.batch_sessions
+        ):
             work = asyncio.ensure_future(self.commit(batch))
             try:
                 await asyncio.shield(work)

@@ -53,6 +53,7 @@ INTEGERS: dict[str, int] = {
     "REDIS_TTL_SECONDS": 0,
     "STREAM_GENERATION": 0,
     "STREAM_BATCH_MAX": 1,
+    "STREAM_BATCH_SESSIONS": 0,
     "STREAM_STANDBY_REPLICAS": 0,
     "STREAM_MAX_MESSAGE_BYTES": 1024,
     "STREAM_MAX_EVENT_BYTES": 1024,
@@ -125,6 +126,7 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert settings.dlq_topic == "dsh.session-events.dlq"
     assert settings.kafka == KafkaSecurity()
     assert (settings.partitions, settings.batch_max, settings.batch_within) == (6, 10_000, 0.0)
+    assert settings.batch_sessions == 100
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
 

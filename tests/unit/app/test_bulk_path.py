@@ -28,6 +28,7 @@ class FakeMessage:
     offset: int
     generation_id: int = 1
     acked: bool = False
+    key: bytes = b""
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -224,6 +225,93 @@ def test_linger_waits_for_more_messages() -> None:
         return await anext(app_consumer.batches(stream, 10, linger=0.2))
 
     assert [m.offset for m in asyncio.run(run())] == [0, 1]
+
+
+def _sessions(partition: int, keys: list[str], start: int = 0) -> list[FakeMessage]:
+    """One message per key, in order, of one partition."""
+    return [FakeMessage("in", partition, start + i, key=key.encode()) for i, key in enumerate(keys)]
+
+
+def _where(batch: list[FakeMessage]) -> list[tuple[int, int]]:
+    return [(m.partition, m.offset) for m in batch]
+
+
+def test_with_a_session_bound_partitions_take_turns_longest_waiting_first() -> None:
+    async def run() -> list[list[FakeMessage]]:
+        stream = FakeStream(FakeApp())
+        queue = stream.channel.queue
+        _put(queue, _sessions(0, ["a", "b", "a"]))
+        _put(queue, _sessions(1, ["c", "d"]))
+        _put(queue, _sessions(2, ["e"]))
+        taken = app_consumer.batches(stream, 100, sessions=2)
+        first = await anext(taken)  # partition 0 alone holds two sessions
+        _put(queue, _sessions(0, ["b"], start=3))  # joins partition 0, behind 1 and 2
+        second = await anext(taken)
+        third = await anext(taken)
+        return [first, second, third]
+
+    first, second, third = asyncio.run(run())
+    assert _where(first) == [(0, 0), (0, 1), (0, 2)]
+    assert _where(second) == [(1, 0), (1, 1)]
+    # Partition 2 waited longest, then partition 0 with what reached it meanwhile.
+    assert _where(third) == [(2, 0), (0, 3)]
+
+
+def test_without_a_session_bound_a_batch_takes_every_partition() -> None:
+    async def run() -> list[FakeMessage]:
+        stream = FakeStream(FakeApp())
+        _put(stream.channel.queue, _sessions(0, ["a", "b"]))
+        _put(stream.channel.queue, _sessions(1, ["c", "d"]))
+        return await anext(app_consumer.batches(stream, 100))
+
+    assert _where(asyncio.run(run())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_a_partition_over_the_maximum_goes_on_first_in_the_next_batch() -> None:
+    async def run() -> list[list[FakeMessage]]:
+        stream = FakeStream(FakeApp())
+        _put(stream.channel.queue, _sessions(0, ["a", "b", "c", "d"]))
+        _put(stream.channel.queue, _sessions(1, ["e"]))
+        taken = app_consumer.batches(stream, 3, sessions=10)
+        return [await anext(taken), await anext(taken)]
+
+    first, second = asyncio.run(run())
+    assert _where(first) == [(0, 0), (0, 1), (0, 2)]
+    assert _where(second) == [(0, 3), (1, 0)]
+
+
+def test_what_waits_beyond_two_batches_stays_on_the_queue_that_holds_the_hand_over() -> None:
+    async def run() -> tuple[int, int]:
+        stream = FakeStream(FakeApp())
+        queue = stream.channel.queue
+        for partition in range(5):
+            _put(queue, _sessions(partition, ["a", "b"]))
+        await anext(app_consumer.batches(stream, 2, sessions=1))
+        return queue.bulk_events, queue.qsize()
+
+    # Four messages (two batches' worth) left the queue: one batch, one waiting.
+    assert asyncio.run(run()) == (6, 3)
+
+
+def test_waiting_messages_of_an_older_generation_are_dropped() -> None:
+    async def run() -> tuple[list[list[FakeMessage]], int]:
+        app = FakeApp()
+        stream = FakeStream(app)
+        for partition in range(3):
+            _put(stream.channel.queue, _sessions(partition, ["a"]))
+        taken = app_consumer.batches(stream, 100, sessions=1)
+        first = await anext(taken)
+        app.consumer_generation_id = 2  # a rebalance: partitions 1 and 2 are fetched again
+        second = asyncio.ensure_future(anext(taken))
+        await asyncio.sleep(0.01)
+        assert not second.done()  # nothing of the current generation is waiting
+        _put(stream.channel.queue, [FakeMessage("in", 2, 0, generation_id=2, key=b"a")])
+        return [first, await asyncio.wait_for(second, 1)], len(app.tracked)
+
+    (first, second), tracked = asyncio.run(run())
+    assert _where(first) == [(0, 0)]
+    assert [(m.partition, m.generation_id) for m in second] == [(2, 2)]
+    assert tracked == 2
 
 
 def test_a_closing_channel_ends_the_batches() -> None:
