@@ -150,8 +150,9 @@ class Settings:
     session_timeout: float = 30.0  # how soon the group notices a dead worker
     batch_max: int = 10_000  # a batch grows with the backlog up to this (note 016)
     batch_within: float = 0.0  # s: 0 takes what has arrived (latency first; note 011)
-    # A batch takes whole partitions, longest waiting first, until it holds this many
-    # sessions; the rest take the next turn (0: every partition each batch; note 016).
+    # A batch takes whole partitions, longest waiting first, while they hold at most this
+    # many sessions together (at least one partition; all of them when a whole batch is
+    # waiting); the rest take the next turn. 0: every partition each batch (note 016).
     batch_sessions: int = 100
     producer_linger: float = 0.005  # s: records of a batch leave in few requests
     max_poll_interval: float = 3600.0  # s: a held batch must not drop the worker from its group

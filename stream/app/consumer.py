@@ -633,17 +633,16 @@ async def batches(
 
     The channel must be raw and its topics bulk (``install``): the hand-over puts a
     partition's records on its queue as one list. A batch is what has arrived when the
-    agent asks, up to ``max_`` messages (a partition's records beyond that are first in
-    the next batch); with ``linger`` > 0 an incomplete batch waits up to that long for
-    more. The caller acks the batch (``ack``) once it is delivered.
+    agent asks, up to ``max_`` messages (a partition's records beyond that wait behind
+    the other partitions); with ``linger`` > 0 an incomplete batch waits up to that long
+    for more. The caller acks the batch (``ack``) once it is delivered.
 
-    ``sessions`` > 0: a batch takes whole partitions, those waiting longest first, until
-    it holds that many sessions (message keys); the others wait for the next batch, with
-    whatever reaches them meanwhile. A batch costs about the same per session however
-    many events each brings, so when every session has news (a busy worker) one batch of
-    all of them publishes each a whole cycle after its events were taken; partitions in
-    turns publish each group's after its own part of the cycle, at the same cost per
-    event (docs/notes/016).
+    ``sessions`` > 0: partitions take turns (``Waiting.take``). A batch costs about the
+    same per session whatever number of events each brings, and a busy worker's batch
+    holds nearly every session: each then waits for all of them to be folded and
+    published. A batch of the partitions waiting longest, holding at most ``sessions``
+    sessions, publishes them after their own share of the work; the others come next with
+    whatever reached them meanwhile (docs/notes/016).
     """
     app = stream.app
     channel = aiter(stream.channel)  # subscribes the channel, as iterating the stream does
@@ -716,23 +715,29 @@ class Waiting:
 
     def take(self, max_: int, sessions: int = 0) -> list[Any]:
         """Up to ``max_`` messages, whole partitions longest waiting first; with
-        ``sessions`` > 0, no further partition once that many keys are in."""
+        ``sessions`` > 0, no further partition that would bring the keys past it (the
+        first partition goes whatever it holds), unless a whole batch is waiting: a
+        worker that far behind gains nothing from turns, and one batch of every
+        partition costs less per event than several."""
         out: list[Any] = []
         keys = 0
         parts = self.parts
+        if self.events >= max_:
+            sessions = 0
         while parts and len(out) < max_:
             tp, held = next(iter(parts.items()))
+            if sessions > 0:
+                keys += len({m.key for m in held})
+                if out and keys > sessions:
+                    break
             room = max_ - len(out)
-            if len(held) > room:  # its rest waits first in line
+            if len(held) > room:  # its rest takes the last turn: a backlog starves no one
                 out.extend(held[:room])
                 parts[tp] = held[room:]
+                parts.move_to_end(tp)
                 break
             del parts[tp]
             out.extend(held)
-            if sessions > 0:
-                keys += len({m.key for m in held})
-                if keys >= sessions:
-                    break
         self.events -= len(out)
         return out
 

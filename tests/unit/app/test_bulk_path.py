@@ -257,6 +257,35 @@ def test_with_a_session_bound_partitions_take_turns_longest_waiting_first() -> N
     assert _where(third) == [(2, 0), (0, 3)]
 
 
+def test_partitions_join_a_batch_while_their_sessions_fit_and_a_large_one_goes_alone() -> None:
+    async def run() -> list[list[FakeMessage]]:
+        stream = FakeStream(FakeApp())
+        queue = stream.channel.queue
+        _put(queue, _sessions(0, ["a", "b", "c", "d"]))
+        _put(queue, _sessions(1, ["e", "e"]))
+        _put(queue, _sessions(2, ["f"]))
+        _put(queue, _sessions(3, ["g", "h"]))
+        taken = app_consumer.batches(stream, 100, sessions=3)
+        return [await anext(taken) for _ in range(3)]
+
+    assert [sorted({m.partition for m in batch}) for batch in asyncio.run(run())] == [
+        [0],  # four sessions: over the bound, alone
+        [1, 2],  # two sessions; partition 3 would bring four
+        [3],
+    ]
+
+
+@pytest.mark.parametrize(("max_", "partitions"), [(5, [0]), (4, [0, 1])])
+def test_a_whole_batch_waiting_takes_every_partition(max_: int, partitions: list[int]) -> None:
+    async def run() -> list[FakeMessage]:
+        stream = FakeStream(FakeApp())
+        _put(stream.channel.queue, _sessions(0, ["a", "b"]))
+        _put(stream.channel.queue, _sessions(1, ["c", "d"]))
+        return await anext(app_consumer.batches(stream, max_, sessions=1))
+
+    assert sorted({m.partition for m in asyncio.run(run())}) == partitions
+
+
 def test_without_a_session_bound_a_batch_takes_every_partition() -> None:
     async def run() -> list[FakeMessage]:
         stream = FakeStream(FakeApp())
@@ -267,7 +296,7 @@ def test_without_a_session_bound_a_batch_takes_every_partition() -> None:
     assert _where(asyncio.run(run())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
-def test_a_partition_over_the_maximum_goes_on_first_in_the_next_batch() -> None:
+def test_a_partition_over_the_maximum_goes_on_after_the_others() -> None:
     async def run() -> list[list[FakeMessage]]:
         stream = FakeStream(FakeApp())
         _put(stream.channel.queue, _sessions(0, ["a", "b", "c", "d"]))
@@ -277,7 +306,7 @@ def test_a_partition_over_the_maximum_goes_on_first_in_the_next_batch() -> None:
 
     first, second = asyncio.run(run())
     assert _where(first) == [(0, 0), (0, 1), (0, 2)]
-    assert _where(second) == [(0, 3), (1, 0)]
+    assert _where(second) == [(1, 0), (0, 3)]  # a backlog takes its turn, in order
 
 
 def test_what_waits_beyond_two_batches_stays_on_the_queue_that_holds_the_hand_over() -> None:
