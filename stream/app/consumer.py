@@ -667,9 +667,10 @@ async def batches(
                 if remaining <= 0:
                     break
                 await asyncio.sleep(min(remaining, 0.005))
-        # What the queue holds joins, up to a batch beyond this one: the rest stays on the
-        # queue, whose size holds the hand-over back.
-        while waiting.events < 2 * max_ and not queue.empty():
+        # What the queue holds joins, up to a batch: the rest stays on the queue, whose size
+        # holds the hand-over back, so the events in hand are as many as without turns
+        # (the collector's threshold counts on it: runtime.worker_young).
+        while waiting.events < max_ and not queue.empty():
             waiting.add(_taken(queue, queue.get_nowait()))
         messages = waiting.take(max_, sessions)
         if not flow_active():

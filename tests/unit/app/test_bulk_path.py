@@ -299,27 +299,31 @@ def test_without_a_session_bound_a_batch_takes_every_partition() -> None:
 def test_a_partition_over_the_maximum_goes_on_after_the_others() -> None:
     async def run() -> list[list[FakeMessage]]:
         stream = FakeStream(FakeApp())
-        _put(stream.channel.queue, _sessions(0, ["a", "b", "c", "d"]))
-        _put(stream.channel.queue, _sessions(1, ["e"]))
-        taken = app_consumer.batches(stream, 3, sessions=10)
-        return [await anext(taken), await anext(taken)]
+        queue = stream.channel.queue
+        for partition, key in enumerate("abc"):
+            _put(queue, _sessions(partition, [key]))
+        taken = app_consumer.batches(stream, 4, sessions=1)
+        first = await anext(taken)  # partition 0 alone; 1 and 2 wait
+        _put(queue, _sessions(1, ["b", "d", "e", "f"], start=1))  # a backlog on partition 1
+        return [first, await anext(taken), await anext(taken)]
 
-    first, second = asyncio.run(run())
-    assert _where(first) == [(0, 0), (0, 1), (0, 2)]
-    assert _where(second) == [(1, 0), (0, 3)]  # a backlog takes its turn, in order
+    first, second, third = asyncio.run(run())
+    assert _where(first) == [(0, 0)]
+    assert _where(second) == [(1, 0), (1, 1), (1, 2), (1, 3)]  # a whole batch: no turns
+    assert _where(third) == [(2, 0)]  # before the rest of partition 1: it starves no one
 
 
-def test_what_waits_beyond_two_batches_stays_on_the_queue_that_holds_the_hand_over() -> None:
-    async def run() -> tuple[int, int]:
+def test_no_more_than_a_batch_leaves_the_queue_that_holds_the_hand_over_back() -> None:
+    async def run() -> tuple[int, int, list[tuple[int, int]]]:
         stream = FakeStream(FakeApp())
         queue = stream.channel.queue
         for partition in range(5):
             _put(queue, _sessions(partition, ["a", "b"]))
-        await anext(app_consumer.batches(stream, 2, sessions=1))
-        return queue.bulk_events, queue.qsize()
+        batch = await anext(app_consumer.batches(stream, 3, sessions=1))
+        return queue.bulk_events, queue.qsize(), _where(batch)
 
-    # Four messages (two batches' worth) left the queue: one batch, one waiting.
-    assert asyncio.run(run()) == (6, 3)
+    # Two partitions (four messages, a batch's worth) left the queue; the batch took three.
+    assert asyncio.run(run()) == (6, 3, [(0, 0), (0, 1), (1, 0)])
 
 
 def test_waiting_messages_of_an_older_generation_are_dropped() -> None:
