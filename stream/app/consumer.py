@@ -678,6 +678,9 @@ async def batches(
             # of the current generation (a rebalance moves it on and seeks back).
             await app.flow_control.acquire()
         taken = Batch()
+        # What waits behind this batch, in hand and in the broker: a worker a whole batch
+        # behind overlaps a batch's delivery with the next one's fold (Worker._agent).
+        taken.behind = waiting.events + _queued(queue) + _lag(app, consumer)
         generation = app.consumer_generation_id
         now = time.monotonic()
         for message in messages:
@@ -750,6 +753,7 @@ class Batch(list[Any]):
     batch, not one per message (about a microsecond each, added and discarded)."""
 
     acked = False
+    behind = 0  # events waiting when it was taken: handed over, and in the broker past them
     # By identity, as the set's other entries: two batches are never one entry.
     __hash__ = object.__hash__  # type: ignore[assignment]
 
@@ -762,6 +766,21 @@ class Batch(list[Any]):
     @property
     def refcount(self) -> int:  # what ``wait_empty`` logs of each entry it waits for
         return 0 if self.acked else len(self)
+
+
+def _lag(app: Any, consumer: Any) -> int:
+    """Records of the bulk topics in the broker past those handed over, as the last
+    fetches saw the partitions' ends (the monitor's end offsets; no request)."""
+    ends: dict[Any, int] = getattr(app.monitor, "tp_end_offsets", {})
+    read: dict[Any, int | None] = getattr(consumer, "_read_offset", {})
+    topics = getattr(getattr(consumer, "transport", None), "bulk_topics", ())
+    lag = 0
+    for tp, end in ends.items():
+        if tp.topic in topics:
+            offset = read.get(tp)
+            if offset is not None and end > offset + 1:
+                lag += end - offset - 1
+    return lag
 
 
 def _taken(queue: Any, item: Any) -> list[Any]:

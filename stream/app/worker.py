@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,16 @@ def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
     return [(str(name), value) for name, value in items]
 
 
+@dataclass
+class Flight:
+    """A batch between its fold and its ack (``Worker.commit``)."""
+
+    sent: "asyncio.Future[None]"  # its rows are in the store: the next batch may fold
+    delivered: "asyncio.Future[None]"  # the broker confirmed its records
+    after: "Flight | None"  # the batch before it, while this one has not sent
+    done: "asyncio.Task[None]" = field(init=False)  # the commit, through the ack
+
+
 class Worker:
     """One worker process: the Faust app (``app``) and everything its agent drives."""
 
@@ -134,6 +145,7 @@ class Worker:
         self.stats = metrics.Metrics.create(settings)
         self.stats.control_problem = "; ".join(control_problems)[:500]
         self._publisher: Publisher | None = None
+        self._last: Flight | None = None  # the batch taken last (Worker.take)
         self._wire()
         app.stream_metrics = self.stats  # type: ignore[attr-defined]
 
@@ -148,7 +160,16 @@ class Worker:
         return cls(settings, partitions, problems)
 
     # -- one batch -------------------------------------------------------------------
-    async def commit(self, batch: list[Any]) -> None:
+    def take(self, batch: list[Any], after: "Flight | None" = None) -> "Flight":
+        """``commit`` of ``batch`` as a task; ``after``: the batch before it, still landing
+        (its delivery and its Redis write then overlap this batch's fold)."""
+        loop = asyncio.get_running_loop()
+        flight = Flight(loop.create_future(), loop.create_future(), after)
+        flight.done = asyncio.ensure_future(self.commit(batch, flight, after))
+        self._last = flight
+        return flight
+
+    async def commit(self, batch: list[Any], flight: "Flight", after: "Flight | None") -> None:
         """One batch, in the order that makes a commit safe:
 
         1. fold: every message once through the pure core (``session.batch.fold_batch``),
@@ -161,45 +182,83 @@ class Worker:
         6. Redis: the updates in one round trip, guarded (queued while Redis is away);
         7. offsets: the batch's events acked, so Faust's next commit may pass them.
 
-        Agent concurrency stays 1, so a commit never passes a message still being folded
-        either (faust-streaming #606). Step 7 is the caller's (``_agent``), also at
-        shutdown.
-        """
-        async with self.lock:
-            await self._commit(batch)
+        With ``after``, the batch before it, this one is folded while that one waits for
+        the broker and Redis (``_agent``: when a whole batch is waiting behind it). The
+        fold reads what that batch put in the store; this batch's rows and records follow
+        once that batch's records are confirmed (a re-send of those must never overtake
+        these), and its Redis write and ack once that batch is done. ``flight`` says when
+        this batch's rows are in (the next batch may fold) and when it is delivered.
 
-    async def _commit(self, batch: list[Any]) -> None:
+        Agent concurrency stays 1, so a commit never passes a message still being folded
+        either (faust-streaming #606).
+        """
+        try:
+            await self._commit(batch, flight, after)
+        except BaseException as error:
+            for future in (flight.sent, flight.delivered):  # the batch after it stops too
+                if not future.done():
+                    future.set_exception(error)
+                    future.exception()  # retrieved: the task's own error is the one raised
+            raise
+
+    async def _commit(self, batch: list[Any], flight: "Flight", after: "Flight | None") -> None:
         stats = self.stats
-        messages = [
-            Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
-            for m in batch
-        ]
         cpu = time.thread_time  # the loop's thread: how much of a step was work, not waiting
-        started = cpu()
-        with stats.fold_seconds.time():
-            result = fold_batch(messages, self.table.load, self.limits, self.table.kept.recall)  # 1
-        folded = cpu()
-        publisher = self.publisher
-        with stats.publish_seconds.time():
+        async with self.lock:
+            messages = [
+                Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
+                for m in batch
+            ]
+            started = cpu()
+            with stats.fold_seconds.time():
+                kept = self.table.kept.recall
+                result = fold_batch(messages, self.table.load, self.limits, kept)  # 1
+            folded = cpu()
+            publisher = self.publisher
+            if after is not None:
+                await after.delivered
+            sending = time.perf_counter()
             records = publisher.records(result)
-            try:  # no await before the rows go in (deliver): see observe_rows
+            try:  # no await before the rows go in (send): see observe_rows
                 stats.observe_rows(result)
             except Exception:
                 log.exception("census of a batch not moved")
-            await publisher.deliver(result, records)  # 2, 3, 4, 5
-            self.table.kept.remember(result.sessions)
-            delivered = cpu()
-            with stats.redis_seconds.time():
-                await publisher.cache(result, records)  # 6
+            confirmed = publisher.send(result, records)  # 2, 3, 4
+            self.table.kept.remember(result.sessions)  # the next batch's fold recalls them
+            flight.sent.set_result(None)
+            flight.after = None  # what _landed follows only while a batch has not sent
+        sent = cpu()
+        await confirmed  # 5
+        flight.delivered.set_result(None)
+        delivered = cpu()
+        if after is not None:
+            await after.done  # its Redis write and its ack go first
+        with stats.redis_seconds.time():
+            await publisher.cache(result, records)  # 6
+        stats.publish_seconds.observe(time.perf_counter() - sending)
         cached = cpu()
         self.totals.add(result.counts)
         self._log_resets(result)
         self._file(result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack
             stats.observe_batch(messages, result, batch[-1].timestamp)
-            stats.observe_loop_cpu(folded - started, delivered - folded, cached - delivered)
+            if after is None:
+                stats.observe_loop_cpu(folded - started, delivered - folded, cached - delivered)
+            else:  # its waits overlapped other batches' work: only its own steps count
+                stats.observe_loop_cpu(folded - started, sent - folded, None)
         except Exception:
             log.exception("metrics of a batch not recorded")
+        consumer.ack(batch, self.app.consumer)  # 7
+
+    async def _landed(self) -> None:
+        """With the lock held: wait until every batch folded so far is acked (its waits
+        may still run while the next batch is folded). A batch taken and not yet folded
+        waits for the lock, and so for the holder's work to be done first."""
+        flight = self._last
+        while flight is not None and not flight.sent.done():
+            flight = flight.after
+        if flight is not None and not flight.done.done():
+            await asyncio.shield(flight.done)  # each batch is acked after the one before
 
     # -- expiry --------------------------------------------------------------------
     def _file(self, result: BatchResult) -> None:
@@ -227,6 +286,7 @@ class Worker:
         -1 when no partition had any due. Holds the lock for this step only."""
         ttl = self.limits.session_ttl
         async with self.lock:
+            await self._landed()
             for partition in self.stats.census.walked_partitions():
                 if not self._due(partition):
                     continue
@@ -289,24 +349,31 @@ class Worker:
             )
 
     async def _agent(self, stream: Any) -> None:
-        app = self.app
+        """Each batch committed in turn. A worker a whole batch (``STREAM_BATCH_MAX``)
+        behind folds the next batch while the last one waits for the broker and Redis,
+        so it spends its core on folding instead of waiting (``commit``; note 016);
+        otherwise each batch is committed before the next is taken, which publishes
+        sooner at a fraction of capacity."""
         settings = self.settings
-        async for batch in consumer.batches(
-            stream, settings.batch_max, settings.batch_within, settings.batch_sessions
-        ):
-            work = asyncio.ensure_future(self.commit(batch))
-            try:
-                await asyncio.shield(work)
-            except asyncio.CancelledError:
-                # Shutdown (SIGTERM): finish this batch and ack it, so the final commit
-                # covers it instead of leaving it to be redelivered.
-                try:
-                    await asyncio.wait_for(work, 30)
-                except (PermanentRedisError, TimeoutError):
-                    raise
-                consumer.ack(batch, app.consumer)  # 7
-                raise
-            consumer.ack(batch, app.consumer)  # 7
+        try:
+            async for batch in consumer.batches(
+                stream, settings.batch_max, settings.batch_within, settings.batch_sessions
+            ):
+                behind = getattr(batch, "behind", 0) >= settings.batch_max
+                last = self._last
+                if last is not None and last.done.done():
+                    last.done.result()  # what the batch before raised stops the agent here
+                    last = None
+                flight = self.take(batch, last)
+                await asyncio.shield(flight.sent if behind else flight.done)
+            await self._landed()
+        except asyncio.CancelledError:
+            # Shutdown (SIGTERM): finish the batches in hand and ack them, so the final
+            # commit covers them instead of leaving them to be redelivered.
+            last = self._last
+            if last is not None:
+                await asyncio.wait_for(last.done, 30)
+            raise
 
     # -- Redis -----------------------------------------------------------------------
     @property

@@ -279,12 +279,15 @@ class Metrics:
         if stamp:
             self.produce_to_redis.observe(max(0.0, time.time() - stamp))
 
-    def observe_loop_cpu(self, fold: float, kafka: float, redis: float) -> None:
+    def observe_loop_cpu(self, fold: float, kafka: float, redis: float | None) -> None:
         """The loop thread's CPU seconds during a batch's fold, Kafka delivery and Redis
         write. Their wall times: ``stream_fold_seconds``, ``stream_publish_seconds`` less
-        ``stream_redis_write_seconds``, and ``stream_redis_write_seconds``."""
+        ``stream_redis_write_seconds``, and ``stream_redis_write_seconds``. None: not
+        counted (a batch whose waits overlapped the next batch's fold counts its own
+        sending as its Kafka step, and its Redis write not at all)."""
         for step, seconds in (("fold", fold), ("kafka", kafka), ("redis", redis)):
-            self.loop_cpu.labels(step).inc(max(0.0, seconds))
+            if seconds is not None:
+                self.loop_cpu.labels(step).inc(max(0.0, seconds))
 
     def observe_rows(self, result: BatchResult) -> None:
         """A batch's rows as they go into the store: the census moves with them, in the

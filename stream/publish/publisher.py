@@ -234,6 +234,11 @@ class Publisher:
     async def deliver(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> None:
         """Every record of the batch, confirmed: per session its row and its output record
         (``updates``, one per ``result.sessions``), the partition rows, the dead letters."""
+        await self.send(result, updates)
+
+    def send(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> Awaitable[None]:
+        """``deliver``, its rows into the store and its records on their way before this
+        returns (no await in between); await the result for the broker's confirmation."""
 
         def records() -> list[Awaitable[Any]]:
             futures: list[Awaitable[Any]] = []
@@ -249,7 +254,7 @@ class Publisher:
                 futures.append(outbox.send_dead_letter(letter))
             return futures
 
-        await _confirmed(records, "records of a batch")
+        return _confirmed(records, "records of a batch", records())
 
     # -- Redis -----------------------------------------------------------------------
     async def write_redis(
@@ -549,13 +554,19 @@ class Publisher:
         return sent
 
 
-async def _confirmed(records: Callable[[], list[Awaitable[Any]]], what: str) -> None:
+async def _confirmed(
+    records: Callable[[], list[Awaitable[Any]]],
+    what: str,
+    sent: list[Awaitable[Any]] | None = None,
+) -> None:
     """Send ``records()`` until the broker confirms every one, re-sending all with backoff
     (the caller is held meanwhile, never committed past). Records sent together share
-    their delivery (``Outbox``), awaited once."""
+    their delivery (``Outbox``), awaited once. ``sent``: the first sending's deliveries,
+    when the caller has sent them already."""
     backoff = Backoff(0.2, 10.0)
     while True:
-        futures = records()
+        futures = records() if sent is None else sent
+        sent = None
         deliveries = list(dict.fromkeys(futures))
         outcomes = await asyncio.gather(*deliveries, return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
