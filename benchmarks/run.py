@@ -264,10 +264,8 @@ def live_sweep(
             step, seen = arrivals[seen:], len(arrivals)
             after = _counters(infra, worker, scenario)
             lat = summary(latencies(step, load.produced_at))
-            # Behind: more than half a second of load still waiting when it stopped. A worker
-            # keeping up holds its latency's worth in flight, and half the drain's target
-            # allows a p99 of 500 ms (a quarter second flagged steps that cleared in 0.2 s).
-            behind = backlog > rate * 0.5
+            # Behind: more than a quarter second of load still waiting when it stopped.
+            behind = backlog > rate * 0.25
             row: dict[str, Any] = {
                 "rate": rate,
                 "fraction": fraction,

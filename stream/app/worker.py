@@ -165,11 +165,11 @@ class Worker:
         (its delivery and its Redis write then overlap this batch's fold)."""
         loop = asyncio.get_running_loop()
         flight = Flight(loop.create_future(), loop.create_future(), after)
-        flight.done = asyncio.ensure_future(self.commit(batch, flight, after))
+        flight.done = asyncio.ensure_future(self.commit(batch, flight))
         self._last = flight
         return flight
 
-    async def commit(self, batch: list[Any], flight: "Flight", after: "Flight | None") -> None:
+    async def commit(self, batch: list[Any], flight: "Flight") -> None:
         """One batch, in the order that makes a commit safe:
 
         1. fold: every message once through the pure core (``session.batch.fold_batch``),
@@ -182,7 +182,7 @@ class Worker:
         6. Redis: the updates in one round trip, guarded (queued while Redis is away);
         7. offsets: the batch's events acked, so Faust's next commit may pass them.
 
-        With ``after``, the batch before it, this one is folded while that one waits for
+        With ``flight.after``, the batch before it, this one is folded while that one waits for
         the broker and Redis (``_agent``: when a whole batch is waiting behind it). The
         fold reads what that batch put in the store; this batch's rows and records follow
         once that batch's records are confirmed (a re-send of those must never overtake
@@ -193,7 +193,7 @@ class Worker:
         either (faust-streaming #606).
         """
         try:
-            await self._commit(batch, flight, after)
+            await self._commit(batch, flight)
         except BaseException as error:
             for future in (flight.sent, flight.delivered):  # the batch after it stops too
                 if not future.done():
@@ -201,8 +201,9 @@ class Worker:
                     future.exception()  # retrieved: the task's own error is the one raised
             raise
 
-    async def _commit(self, batch: list[Any], flight: "Flight", after: "Flight | None") -> None:
+    async def _commit(self, batch: list[Any], flight: "Flight") -> None:
         stats = self.stats
+        after = flight.after
         cpu = time.thread_time  # the loop's thread: how much of a step was work, not waiting
         async with self.lock:
             messages = [

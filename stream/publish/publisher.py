@@ -170,9 +170,9 @@ class Publisher:
         return [SessionUpdate.from_change(c, gen) for c in result.sessions]
 
     async def publish(self, result: BatchResult) -> None:
-        """``deliver`` then ``cache``: the batch out to Kafka, confirmed, then to Redis."""
+        """``send`` then ``cache``: the batch out to Kafka, confirmed, then to Redis."""
         updates = self.records(result)
-        await self.deliver(result, updates)
+        await self.send(result, updates)
         await self.cache(result, updates)
 
     async def cache(self, result: BatchResult, updates: list[SessionUpdate]) -> None:
@@ -231,14 +231,11 @@ class Publisher:
         await _confirmed(records, "expiry records")
         return True
 
-    async def deliver(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> None:
-        """Every record of the batch, confirmed: per session its row and its output record
-        (``updates``, one per ``result.sessions``), the partition rows, the dead letters."""
-        await self.send(result, updates)
-
     def send(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> Awaitable[None]:
-        """``deliver``, its rows into the store and its records on their way before this
-        returns (no await in between); await the result for the broker's confirmation."""
+        """Every record of the batch: per session its row and its output record
+        (``updates``, one per ``result.sessions``), the partition rows, the dead letters.
+        The rows are in the store and the records on their way when this returns (no
+        await in between); await the result for the broker's confirmation of every one."""
 
         def records() -> list[Awaitable[Any]]:
             futures: list[Awaitable[Any]] = []
