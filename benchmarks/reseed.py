@@ -67,6 +67,9 @@ class _NoKafka:
 
     send_update = send_dead_letter = write_row
 
+    async def left(self) -> None:
+        raise AssertionError
+
 
 async def _reseed(settings: Settings, rows: list[tuple[bytes, bytes]]) -> float:
     publisher: Publisher = Publisher(settings, _NoKafka(), RedisSink(settings))

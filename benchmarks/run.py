@@ -259,6 +259,9 @@ def live_sweep(
             except TimeoutError as error:
                 log(f"  not drained: {error}")
                 cleared = None
+            # The worker while it clears the backlog alone: behind with no load to share
+            # the machine with, so nothing but the worker itself keeps it off its core.
+            clearing = (worker.cpu_seconds() - cpu0 - cpu) / cleared if cleared else None
             time.sleep(1.0)  # the subscriber's last flush
             arrivals = subscriber.arrivals()
             step, seen = arrivals[seen:], len(arrivals)
@@ -277,6 +280,7 @@ def live_sweep(
                 "cpu": cpu / wall,
                 "backlog": backlog,
                 "clear_seconds": cleared,
+                "clearing_cpu": clearing if cleared is not None and cleared >= 1.0 else None,
                 # Events folded per second over the step and its clearing: rises with the
                 # load while the worker keeps up, and stays there above its capacity.
                 "throughput": sent / (took + (cleared or 0.0)),
@@ -294,6 +298,7 @@ def live_sweep(
                 f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms,"
                 f" worker {row['cpu']:.2f} cores, {regime(row, plan.live_sessions)},"
                 f" backlog {backlog:,} cleared in {cleared if cleared is not None else -1:.1f} s"
+                + (f" at {clearing:.2f} cores" if row["clearing_cpu"] is not None else "")
                 + f", machine idle {idle:.2f} cores"
                 + ("  THROTTLED: behind under 0.9 cores with CPU idle" if row["throttled"] else "")
             )
@@ -659,6 +664,11 @@ def render(result: dict[str, Any]) -> str:
             f"throughput {n(row.get('throughput', 0))} events/s; backlog at the end"
             f" {n(row.get('backlog', 0))} events, cleared in"
             f" {'n/a' if cleared is None else f'{cleared:.1f} s'}"
+            + (
+                f" (worker {row['clearing_cpu']:.2f} cores meanwhile)"
+                if row.get("clearing_cpu") is not None
+                else ""
+            )
             + f"; machine idle {row.get('idle_cores', float('nan')):.2f} cores"
             + ("; THROTTLED: behind under 0.9 cores with CPU idle" if row.get("throttled") else ""),
         )

@@ -84,6 +84,29 @@ class BatchSender:
         self._pending.append((topic, partition, key, value, headers, on_sent))
         return group
 
+    async def left(self, turns: int = 32) -> int:
+        """Until the records added so far are in a produce request on its way to the
+        broker, or ``turns`` turns of the loop have passed; returns the turns taken.
+
+        aiokafka's sender takes record batches from its accumulator a few turns after
+        ``send_batch`` and writes their request on the turn after. A step that holds the
+        loop before then (the next batch's fold: tens of milliseconds) holds the request
+        back with it, and the broker's round trip only starts when the step ends
+        (docs/notes/016). Records still queued behind a request in flight to the same
+        broker wait for its response: that is what the bound is for."""
+        for turn in range(1, turns + 1):
+            flushing = self._flushing
+            taken = (flushing is None or flushing.done()) and not self._undrained()
+            await asyncio.sleep(0)  # once taken, the request's task writes it on this turn
+            if taken:
+                return turn
+        return turns
+
+    def _undrained(self) -> bool:
+        """Whether aiokafka's accumulator holds record batches no request has taken."""
+        producer = self.app.producer._producer  # None until the first send
+        return producer is not None and bool(producer._message_accumulator._batches)
+
     async def _flush(self, group: "asyncio.Future[None]") -> None:
         await asyncio.sleep(0)  # the rest of the batch's records join first
         pending, self._pending, self._group = self._pending, [], None
@@ -249,6 +272,9 @@ class Outbox:
             letter.reason,
         )
         return self.sender.add(self.dead, None, None, letter.value, letter.headers())
+
+    async def left(self) -> None:
+        await self.sender.left()
 
 
 __all__ = ["BackoffAIOKafkaProducer", "BackoffProducer", "BatchSender", "Outbox"]

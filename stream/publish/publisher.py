@@ -68,6 +68,9 @@ class Outbox(Protocol):
 
     def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]: ...
 
+    async def left(self) -> None:
+        """Until what was sent so far is on its way to the broker, not just queued."""
+
 
 class Backoff:
     """Exponential backoff with a cap, reset on success: the one retry pacing we use."""
@@ -252,6 +255,11 @@ class Publisher:
             return futures
 
         return _confirmed(records, "records of a batch", records())
+
+    async def left(self) -> None:
+        """Until the records sent so far are on their way to the broker: a step that then
+        holds the loop (the next batch's fold) no longer holds back their round trip."""
+        await self.outbox.left()
 
     # -- Redis -----------------------------------------------------------------------
     async def write_redis(

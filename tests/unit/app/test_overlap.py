@@ -56,6 +56,11 @@ class Outbox:
         self.table = table
         self.sent: list[tuple[str, bytes | None, int]] = []  # (kind, key, batch number)
         self.gates: list[asyncio.Future[None]] = []
+        self.leaving: asyncio.Future[None] | None = None  # set: records sent stay queued
+
+    async def left(self) -> None:
+        if self.leaving is not None:
+            await self.leaving
 
     def gate(self) -> "asyncio.Future[None]":
         self.gates.append(asyncio.get_running_loop().create_future())
@@ -199,6 +204,33 @@ def test_the_next_batch_folds_while_the_last_waits_and_nothing_of_it_overtakes(
         (k, key) for k, key, _ in serial.outbox.sent
     ]
     assert any(key == PARTITION_KEY for _, key, _ in overlapped.outbox.sent)
+
+
+def test_the_next_fold_waits_until_the_last_batch_s_records_have_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold holds the loop: begun while the batch before it is still queued in the
+    producer, it would hold that batch's produce request back until it ends."""
+
+    async def run() -> None:
+        r = rig(tmp_path, monkeypatch)
+        first, second = batches((20, 20))
+        held = r.outbox.gate()
+        a = r.worker.take(first)
+        await a.sent
+        r.outbox.leaving = asyncio.get_running_loop().create_future()
+        b = r.worker.take(second, a)
+        await turns()
+        assert r.folds == [0]  # the first batch's records have not left yet
+        r.outbox.leaving.set_result(None)
+        await turns()
+        assert r.folds == [0, 20]
+        r.outbox.gate().set_result(None)
+        held.set_result(None)
+        await b.done
+        assert r.acked == [0, 20]
+
+    asyncio.run(run())
 
 
 def test_a_batch_that_fails_stops_the_one_folded_after_it(
