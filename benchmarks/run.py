@@ -261,7 +261,9 @@ def live_sweep(
                 cleared = None
             # The worker while it clears the backlog alone: behind with no load to share
             # the machine with, so nothing but the worker itself keeps it off its core.
-            clearing = (worker.cpu_seconds() - cpu0 - cpu) / cleared if cleared else None
+            clearing = None
+            if cleared is not None and cleared >= 1.0:  # shorter: too few samples of /proc
+                clearing = (worker.cpu_seconds() - cpu0 - cpu) / cleared
             time.sleep(1.0)  # the subscriber's last flush
             arrivals = subscriber.arrivals()
             step, seen = arrivals[seen:], len(arrivals)
@@ -280,7 +282,7 @@ def live_sweep(
                 "cpu": cpu / wall,
                 "backlog": backlog,
                 "clear_seconds": cleared,
-                "clearing_cpu": clearing if cleared is not None and cleared >= 1.0 else None,
+                "clearing_cpu": clearing,
                 # Events folded per second over the step and its clearing: rises with the
                 # load while the worker keeps up, and stays there above its capacity.
                 "throughput": sent / (took + (cleared or 0.0)),
@@ -298,7 +300,7 @@ def live_sweep(
                 f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms,"
                 f" worker {row['cpu']:.2f} cores, {regime(row, plan.live_sessions)},"
                 f" backlog {backlog:,} cleared in {cleared if cleared is not None else -1:.1f} s"
-                + (f" at {clearing:.2f} cores" if row["clearing_cpu"] is not None else "")
+                + (f" at {clearing:.2f} cores" if clearing is not None else "")
                 + f", machine idle {idle:.2f} cores"
                 + ("  THROTTLED: behind under 0.9 cores with CPU idle" if row["throttled"] else "")
             )
