@@ -49,6 +49,7 @@ def _script(*args: str) -> str:
 class Infra:
     bootstrap: str
     redis_url: str
+    started: bool = False  # the broker and Redis are this run's own (``infrastructure``)
 
     def redis(self) -> "redis.Redis":
         return redis.Redis.from_url(self.redis_url)
@@ -155,6 +156,77 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Which cores the worker under test runs on, and which the rest (this process and
+    its load, the broker, Redis, the subscriber): a core of its own, as a deployed worker
+    has, instead of the share the load generator leaves it (docs/notes/016)."""
+
+    worker: frozenset[int]
+    rest: frozenset[int]
+
+    def describe(self) -> str:
+        return (
+            f"worker on core {_cores(self.worker)} alone; load, broker, Redis and subscriber"
+            f" on {_cores(self.rest)}"
+        )
+
+
+def _cores(cores: frozenset[int]) -> str:
+    return ",".join(map(str, sorted(cores)))
+
+
+def own_core() -> Placement | None:
+    """The last core this process may use for the worker, the others for the rest; None
+    on one core (or where affinity cannot be set)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    return Placement(frozenset(cores[-1:]), frozenset(cores[:-1]))
+
+
+def pin(pid: int, cores: frozenset[int]) -> None:
+    """Every thread of ``pid`` onto ``cores``; threads it starts later inherit it."""
+    with suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(task.name), cores)
+
+
+@contextmanager
+def placed(infra: "Infra", placement: Placement | None) -> Iterator[None]:
+    """This process (and so what it starts from now on) on ``placement.rest`` until the
+    block ends, with the broker and Redis when they are this run's own (someone else's
+    are left where they run); a worker takes ``placement.worker`` itself
+    (``WorkerProcess.cores``). Nothing moves when ``placement`` is None."""
+    if placement is None:
+        yield
+        return
+    everyone = frozenset(os.sched_getaffinity(0))
+    pids = [os.getpid(), *(infra.server_pids().values() if infra.started else ())]
+    for pid in pids:
+        pin(pid, placement.rest)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            pin(pid, everyone)
+
+
+def idle_seconds(cores: frozenset[int] | None = None) -> float:
+    """Idle CPU seconds so far of ``cores``, or of the whole machine (``/proc/stat``)."""
+    wanted = {f"cpu{c}" for c in cores} if cores is not None else {"cpu"}
+    total = 0
+    with open("/proc/stat") as stat:
+        for line in stat:
+            fields = line.split()
+            if fields and fields[0] in wanted:
+                total += int(fields[4]) + int(fields[5])  # idle, iowait
+    return total / CLOCK_TICK
+
+
 def rss_bytes(pid: int) -> int:
     """Resident memory of a process (0 if it is gone)."""
     try:
@@ -226,7 +298,7 @@ def infrastructure(work: Path) -> Iterator[Infra]:
                 "deploy/redis.sh", "start", "--port", str(free_port()), "--dir", str(work / "redis")
             )
             stops.append(("deploy/redis.sh", "stop", "--dir", str(work / "redis")))
-        yield Infra(bootstrap, redis_url)
+        yield Infra(bootstrap, redis_url, started=bool(stops))
     finally:
         for stop in stops:
             subprocess.run(["bash", *stop], cwd=REPO, capture_output=True)
@@ -300,6 +372,7 @@ class WorkerProcess:
     process: subprocess.Popen[bytes] | None = None
     metrics_port: int = field(default_factory=free_port)
     starts: int = 0  # starts that reached "Ready"
+    cores: frozenset[int] | None = None  # where it runs (``Placement.worker``); None: anywhere
 
     @property
     def log_path(self) -> Path:
@@ -334,6 +407,11 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             command, env=environment, cwd=WORKER_TREE, stdout=output, stderr=subprocess.STDOUT
         )
+        self._place()  # one thread yet: those it starts inherit the cores
+
+    def _place(self) -> None:
+        if self.cores is not None and self.process is not None:
+            pin(self.process.pid, self.cores)
 
     def wait_ready(self, timeout: float = 180) -> None:
         """Until this start's "Ready" (the log is appended to across restarts)."""
@@ -344,6 +422,7 @@ class WorkerProcess:
                 raise RuntimeError(self.tail())
             time.sleep(0.1)
         self.starts += 1
+        self._place()  # again: a thread started before the first pin took effect
 
     def ready(self) -> bool:
         """``/readyz`` answers 200: the assignment is recovered and Redis answers."""

@@ -16,6 +16,10 @@ Sections (all by default, in this order):
   worker's CPU, the backlog left when the load stops and how long it took to clear, and
   per event the Kafka requests the worker sent, the Redis commands it ran and the output
   records it wrote. A step behind its load with the worker under 0.9 cores is flagged.
+  On two cores or more the worker runs on a core of its own, the load generator, broker,
+  Redis and subscriber on the others, and the drain the fractions are of is measured so
+  too (``--shared-cores``: all of them share every core, and the fractions are of the
+  drain section's figure).
 - ``scale``: one worker against two on the same load.
 - ``replay``: ``benchmarks.replay`` (stream replay, back to lag 0).
 - ``fold``: the fold against the reference on both corpus kinds (``benchmarks.fold``).
@@ -47,11 +51,15 @@ from typing import Any
 from benchmarks.infra import (
     REPO,
     Infra,
+    Placement,
     Scenario,
     WorkerProcess,
     corpus_sessions,
     cpu_seconds,
+    idle_seconds,
     infrastructure,
+    own_core,
+    placed,
     produce_backlog,
 )
 from benchmarks.live import Load, Subscriber, latencies, summary
@@ -74,6 +82,7 @@ class Plan:
     live_variants: tuple[tuple[tuple[str, str], ...], ...]  # worker settings per sweep
     live_warmup: float  # seconds at the first rate before measuring
     live_repeat: int  # sweeps per variant, each on a fresh worker (the p99 is bimodal)
+    live_own_core: bool  # the worker on a core of its own, the load elsewhere (Placement)
     drain_sessions: int
     drain_turns: int
     drain_segments: tuple[int, ...]
@@ -97,6 +106,7 @@ FULL = Plan(
     live_variants=((),),
     live_warmup=10,
     live_repeat=1,
+    live_own_core=True,
     drain_sessions=40,
     drain_turns=30,
     drain_segments=(1, 16, 64),
@@ -119,6 +129,7 @@ SMOKE = Plan(
     live_variants=((),),
     live_warmup=1,
     live_repeat=1,
+    live_own_core=True,
     drain_sessions=12,
     drain_turns=6,
     drain_segments=(1,),
@@ -163,23 +174,31 @@ def calibrate(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
 def live(
     infra: Infra, work: Path, plan: Plan, drain_rate: float | None = None
 ) -> list[dict[str, Any]]:
-    """The sweep at ``plan.live_fractions`` of ``drain_rate`` (our single-event drain,
-    measured here when not given), or at ``plan.live_rates``."""
-    steps: list[tuple[int, float | None]]
-    if plan.live_fractions:
-        if drain_rate is None:
-            topic, _, events = _backlog(infra, work, plan, 1)
-            result = _drain_ours(infra, work, topic, events)
-            drain_rate = (result["events"] - result["before"]) / max(result["seconds"], 1e-9)
-            log(f"live: our single-event drain {drain_rate:,.0f} events/s")
-        steps = [(max(100, round(drain_rate * f / 100) * 100), f) for f in plan.live_fractions]
-    else:
-        steps = [(rate, None) for rate in plan.live_rates]
-    rows = []
-    for variant in plan.live_variants:
-        for run in range(1, plan.live_repeat + 1):
-            swept = live_sweep(infra, work, plan, dict(variant), steps, drain_rate)
-            rows += [{**row, "run": run} for row in swept]
+    """The sweep at ``plan.live_fractions`` of our single-event drain, or at
+    ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or more) the worker
+    runs on a core of its own and the rest elsewhere, and the drain the fractions are of
+    is measured here the same way; otherwise ``drain_rate`` (the drain section's), or
+    measured here when not given."""
+    placement = own_core() if plan.live_own_core else None
+    if placement is not None:
+        log(f"live: {placement.describe()}")
+    with placed(infra, placement):
+        steps: list[tuple[int, float | None]]
+        if plan.live_fractions:
+            if drain_rate is None or placement is not None:
+                topic, _, events = _backlog(infra, work, plan, 1)
+                cores = placement.worker if placement is not None else None
+                result = _drain_ours(infra, work, topic, events, cores)
+                drain_rate = (result["events"] - result["before"]) / max(result["seconds"], 1e-9)
+                log(f"live: our single-event drain {drain_rate:,.0f} events/s")
+            steps = [(max(100, round(drain_rate * f / 100) * 100), f) for f in plan.live_fractions]
+        else:
+            steps = [(rate, None) for rate in plan.live_rates]
+        rows = []
+        for variant in plan.live_variants:
+            for run in range(1, plan.live_repeat + 1):
+                swept = live_sweep(infra, work, plan, dict(variant), steps, drain_rate, placement)
+                rows += [{**row, "run": run} for row in swept]
     return rows
 
 
@@ -204,6 +223,7 @@ def live_sweep(
     variant: dict[str, str],
     steps: list[tuple[int, float | None]],
     drain_rate: float | None,
+    placement: Placement | None,
 ) -> list[dict[str, Any]]:
     # Enough turns that the sweep does not run out of events (the 40 generated logs are
     # shared round-robin): grown until the shortest log holds what a session needs.
@@ -220,7 +240,8 @@ def live_sweep(
     sessions = [(f"live-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)]
     scenario = Scenario(infra, work, extra=variant)
     infra.create_topic(scenario.input_topic, scenario.partitions)
-    worker = WorkerProcess(scenario, "live", probe=True)
+    own = placement.worker if placement is not None else None
+    worker = WorkerProcess(scenario, "live", probe=True, cores=own)
     worker.start()
     subscriber = Subscriber(
         infra.redis_url, f"{scenario.prefix}session:*", work / f"{scenario.name}.arrivals"
@@ -246,11 +267,12 @@ def live_sweep(
             before = _counters(infra, worker, scenario)
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
             other0 = {name: cpu_seconds(pid) for name, pid in others.items()}
-            idle0 = _idle_seconds()
+            idle0, own_idle0 = idle_seconds(), idle_seconds(own)
             sent, took = load.run(rate, plan.live_seconds)
             cpu = worker.cpu_seconds() - cpu0
             wall = time.monotonic() - t0
-            idle = (_idle_seconds() - idle0) / wall  # cores nobody used meanwhile
+            idle = (idle_seconds() - idle0) / wall  # cores nobody used meanwhile
+            own_idle = (idle_seconds(own) - own_idle0) / wall  # of those the worker may use
             other = {f"cpu_{k}": (cpu_seconds(pid) - other0[k]) / wall for k, pid in others.items()}
             backlog = max(0, load.total - scenario.accounted())  # events not yet in Redis
             cleared: float | None
@@ -288,9 +310,14 @@ def live_sweep(
                 "throughput": sent / (took + (cleared or 0.0)),
                 "behind": behind,
                 "idle_cores": idle,
-                # Throttled: behind, under 0.9 cores, while the machine had CPU to give
-                # (on a saturated machine the broker, Redis and the load share the cores).
-                "throttled": behind and cpu / wall < BUSY and idle >= 0.3,
+                "worker_idle_cores": own_idle if placement is not None else None,
+                "placement": placement.describe() if placement is not None else "shared",
+                # Throttled: behind, under 0.9 cores, while its cores had CPU to give. On
+                # its own core, what it left idle; sharing them, the machine had to have a
+                # third of a core idle (the broker, Redis and the load take their share).
+                "throttled": behind
+                and cpu / wall < BUSY
+                and (own_idle >= 1 - BUSY if placement is not None else idle >= 0.3),
                 **other,
                 **{f"lat_{k}": v for k, v in lat.items()},
                 **_per_event(before, after, sent),
@@ -302,6 +329,7 @@ def live_sweep(
                 f" backlog {backlog:,} cleared in {cleared if cleared is not None else -1:.1f} s"
                 + (f" at {clearing:.2f} cores" if clearing is not None else "")
                 + f", machine idle {idle:.2f} cores"
+                + (f" (its core {own_idle:.2f})" if placement is not None else "")
                 + ("  THROTTLED: behind under 0.9 cores with CPU idle" if row["throttled"] else "")
             )
             if not lat["n"] or cleared is None:
@@ -310,14 +338,6 @@ def live_sweep(
         subscriber.stop()
         worker.stop()
     return rows
-
-
-def _idle_seconds() -> float:
-    """Idle CPU seconds of the whole machine so far, every core (``/proc/stat``)."""
-    with open("/proc/stat") as stat:
-        fields = stat.readline().split()[1:]
-    idle, iowait = int(fields[3]), int(fields[4])
-    return (idle + iowait) / os.sysconf("SC_CLK_TCK")
 
 
 def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[str, float]:
@@ -442,9 +462,11 @@ def _drain_peer(infra: Infra, work: Path, system: str, topic: str, expect: int) 
     return found
 
 
-def _drain_ours(infra: Infra, work: Path, topic: str, events: int) -> dict[str, Any]:
+def _drain_ours(
+    infra: Infra, work: Path, topic: str, events: int, cores: frozenset[int] | None = None
+) -> dict[str, Any]:
     scenario = Scenario(infra, work, input_topic=topic)
-    worker = WorkerProcess(scenario, "drain")
+    worker = WorkerProcess(scenario, "drain", cores=cores)
     worker.start()
     ready = time.monotonic()
     try:
@@ -633,7 +655,16 @@ def render(result: dict[str, Any]) -> str:
                 f"segment {segment}: {_system_name(system)}",
                 f"{n(r['events_per_s'])} events/s ({n(r['messages_per_s'])} msg/s){ratio}",
             )
-    for row in result.get("live", []):
+    swept = result.get("live", [])
+    if swept:
+        add("live", "where it ran", swept[0].get("placement", "shared"))
+        if swept[0].get("drain_rate"):
+            add(
+                "live",
+                "our single-event drain",
+                f"{n(swept[0]['drain_rate'])} events/s, measured so (the steps' fractions)",
+            )
+    for row in swept:
         share = f" = {row['fraction']:.2f}x our drain" if row.get("fraction") else ""
         target = next(
             (
@@ -672,6 +703,11 @@ def render(result: dict[str, Any]) -> str:
                 else ""
             )
             + f"; machine idle {row.get('idle_cores', float('nan')):.2f} cores"
+            + (
+                f" (the worker's core {row['worker_idle_cores']:.2f})"
+                if row.get("worker_idle_cores") is not None
+                else ""
+            )
             + ("; THROTTLED: behind under 0.9 cores with CPU idle" if row.get("throttled") else ""),
         )
         add(
@@ -809,6 +845,11 @@ def main() -> None:
         action="store_true",
         help="live: only the default settings (kept for old command lines: the default)",
     )
+    parser.add_argument(
+        "--shared-cores",
+        action="store_true",
+        help="live: the worker shares every core with the load, broker and Redis",
+    )
     args = parser.parse_args()
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -820,6 +861,8 @@ def main() -> None:
         plan = Plan(**{**plan.__dict__, "live_rates": rates, "live_fractions": ()})
     if args.default_only:
         plan = Plan(**{**plan.__dict__, "live_variants": ((),)})
+    if args.shared_cores:
+        plan = Plan(**{**plan.__dict__, "live_own_core": False})
     if args.live_repeat > 0:
         plan = Plan(**{**plan.__dict__, "live_repeat": args.live_repeat})
     if {"drain", "calibrate"} & set(only) and "quix" in plan.drain_systems:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.infra import own_core
 from tests.integration.harness import REPO
 
 pytestmark = pytest.mark.integration
@@ -30,6 +31,9 @@ def test_the_benchmark_smoke_run_fills_every_section(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert len(result["live"]) >= 1 and all(row["lat_n"] > 0 for row in result["live"])
+    placement = own_core()  # the worker on a core of its own wherever there are two
+    where = placement.describe() if placement is not None else "shared"
+    assert all(row["placement"] == where for row in result["live"])
     assert {r["system"] for r in result["drain"]} == {"ck", "faust", "ours"}
     assert all(r["events_per_s"] > 0 for r in result["drain"])
     assert [r["workers"] for r in result["scale"]] == [1, 2]
