@@ -9,17 +9,16 @@ Sections (all by default, in this order):
   single events. Every other figure is printed next to these.
 - ``drain``: a backlog, produced first, read to the end by raw confluent-kafka, Quix
   Streams, stock Faust and our worker, with single events and segments of 16 and 64.
-  Our single-event drain is the worker's own capacity: the live sweep is set from it.
+  Our single-event drain is the worker's own capacity; the live sweep measures it again.
 - ``live``: the live-latency sweep (``benchmarks.live``): paced rates over concurrent
   sessions, one event per message, at fractions of our single-event drain rate measured
-  in the same run (``--rates`` sets them in events/s instead); per rate the latency, the
+  just before each step (``--rates`` sets them in events/s instead); per rate the latency, the
   worker's CPU, the backlog left when the load stops and how long it took to clear, and
   per event the Kafka requests the worker sent, the Redis commands it ran and the output
   records it wrote. A step behind its load with the worker under 0.9 cores is flagged.
   On two cores or more the worker runs on a core of its own, the load generator, broker,
-  Redis and subscriber on the others, and the drain the fractions are of is measured so
-  too (``--shared-cores``: all of them share every core, and the fractions are of the
-  drain section's figure).
+  Redis and subscriber on the others, and the drains the fractions are of are measured so
+  too (``--shared-cores``: all of them share every core).
 - ``scale``: one worker against two on the same load.
 - ``replay``: ``benchmarks.replay`` (stream replay, back to lag 0).
 - ``fold``: the fold against the reference on both corpus kinds (``benchmarks.fold``).
@@ -44,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,9 @@ SECTIONS = ("calibrate", "drain", "live", "scale", "replay", "fold", "lifecycle"
 LIVE_TARGETS = {1 / 3: 0.2, 1 / 2: 0.5}
 BATCH_STEPS = ("fold", "kafka", "redis")  # the worker's stream_batch_loop_cpu_seconds steps
 BUSY = 0.9  # cores: a worker behind its load that uses less is throttled, not busy
+# How far above the sweep's first drain a step's drain may set its rate: the corpus is
+# sized for it. A faster drain caps the step and says so (its fraction is then lower).
+DRIFT = 1.5
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,9 @@ FULL = Plan(
 )
 SMOKE = Plan(
     live_sessions=60,
-    live_rates=(300, 1000),
-    live_fractions=(),
+    live_rates=(),
+    # Low, so that a short smoke run keeps up; the same path as the full run's fractions.
+    live_fractions=(0.02, 0.05),
     live_seconds=3,
     live_turns=4,
     live_variants=((),),
@@ -164,42 +168,41 @@ def calibrate(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
     if "quix" in plan.drain_systems:
         topic, messages, _ = _backlog(infra, work, plan, 1)
         result = _drain_peer(infra, work, "quix", topic, messages)
-        found["quix_events_per_s"] = (result["events"] - result["before"]) / max(
-            result["seconds"], 1e-9
-        )
+        found["quix_events_per_s"] = _events_per_s(result)
         log(f"calibrate: Quix Streams {found['quix_events_per_s']:,.0f} events/s")
     return found
 
 
-def live(
-    infra: Infra, work: Path, plan: Plan, drain_rate: float | None = None
-) -> list[dict[str, Any]]:
-    """The sweep at ``plan.live_fractions`` of our single-event drain, or at
-    ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or more) the worker
-    runs on a core of its own and the rest elsewhere, and the drain the fractions are of
-    is measured here the same way; otherwise ``drain_rate`` (the drain section's), or
-    measured here when not given."""
+def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+    """The sweep at ``plan.live_fractions`` of our single-event drain, measured just before
+    each step, or at ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or
+    more) the worker runs on a core of its own and the rest elsewhere, its drains too."""
     placement = own_core() if plan.live_own_core else None
     if placement is not None:
         log(f"live: {placement.describe()}")
     with placed(infra, placement):
-        steps: list[tuple[int, float | None]]
+        drain: Callable[[], float] | None = None
         if plan.live_fractions:
-            if drain_rate is None or placement is not None:
+            cores = placement.worker if placement is not None else None
+
+            def drain() -> float:
                 topic, _, events = _backlog(infra, work, plan, 1)
-                cores = placement.worker if placement is not None else None
                 result = _drain_ours(infra, work, topic, events, cores)
-                drain_rate = (result["events"] - result["before"]) / max(result["seconds"], 1e-9)
-                log(f"live: our single-event drain {drain_rate:,.0f} events/s")
-            steps = [(max(100, round(drain_rate * f / 100) * 100), f) for f in plan.live_fractions]
-        else:
-            steps = [(rate, None) for rate in plan.live_rates]
+                rate = _events_per_s(result)
+                log(f"live: our single-event drain {rate:,.0f} events/s")
+                return rate
+
         rows = []
         for variant in plan.live_variants:
             for run in range(1, plan.live_repeat + 1):
-                swept = live_sweep(infra, work, plan, dict(variant), steps, drain_rate, placement)
+                swept = live_sweep(infra, work, plan, dict(variant), drain, placement)
                 rows += [{**row, "run": run} for row in swept]
     return rows
+
+
+def _rate(events_per_s: float) -> int:
+    """A step's rate: to the hundred, at least 100 events/s."""
+    return max(100, round(events_per_s / 100) * 100)
 
 
 def regime(row: dict[str, Any], sessions: int) -> str:
@@ -221,13 +224,24 @@ def live_sweep(
     work: Path,
     plan: Plan,
     variant: dict[str, str],
-    steps: list[tuple[int, float | None]],
-    drain_rate: float | None,
+    drain: Callable[[], float] | None,
     placement: Placement | None,
 ) -> list[dict[str, Any]]:
+    """One worker through the steps: ``plan.live_fractions`` of ``drain()``, called just
+    before each step (this machine's speed drifts within minutes: a drain taken minutes
+    earlier set a step at up to 1.6x what it would be next to it), else
+    ``plan.live_rates``."""
+    steps: list[tuple[int, float | None]]
+    if drain is not None:
+        first = drain()  # sets the warm-up and sizes the corpus; each step measures again
+        steps = [(_rate(first * DRIFT * f), f) for f in plan.live_fractions]
+        warm_up = _rate(first * plan.live_fractions[0])
+    else:
+        steps = [(rate, None) for rate in plan.live_rates]
+        warm_up = steps[0][0]
     # Enough turns that the sweep does not run out of events (the 40 generated logs are
     # shared round-robin): grown until the shortest log holds what a session needs.
-    needed = steps[0][0] * plan.live_warmup + sum(r for r, _ in steps) * plan.live_seconds
+    needed = warm_up * plan.live_warmup + sum(r for r, _ in steps) * plan.live_seconds
     per_session = needed / plan.live_sessions * 1.2
     turns = plan.live_turns
     while True:
@@ -255,11 +269,19 @@ def live_sweep(
     seen = 0
     try:
         # Warm-up, not measured: the broker's JIT, the worker's first rows and connections.
-        load.run(steps[0][0], plan.live_warmup)
+        load.run(warm_up, plan.live_warmup)
         scenario.wait_accounted(load.total, timeout=120)
         time.sleep(1.0)
         seen = len(subscriber.arrivals())
-        for rate, fraction in steps:
+        for most, fraction in steps:
+            rate, drain_rate, capped = most, None, False
+            if drain is not None and fraction is not None:
+                drain_rate = drain()
+                rate = min(most, _rate(drain_rate * fraction))
+                capped = rate < _rate(drain_rate * fraction)  # past what the corpus holds
+                if capped:
+                    log(f"live: capped at {rate:,} events/s ({DRIFT}x the first drain)")
+                    fraction = rate / drain_rate  # no longer a target's fraction
             share = f" ({fraction:.2f} of our drain)" if fraction is not None else ""
             log(
                 f"live: {rate:,} events/s{share} over {plan.live_sessions} sessions {variant or ''}"
@@ -297,6 +319,7 @@ def live_sweep(
                 "rate": rate,
                 "fraction": fraction,
                 "drain_rate": drain_rate,
+                "capped": capped,
                 "variant": " ".join(f"{k}={v}" for k, v in variant.items()),
                 "achieved": sent / took,
                 "events": sent,
@@ -428,7 +451,7 @@ def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
                 result = _drain_ours(infra, work, topic, events)
             else:
                 result = _drain_peer(infra, work, system, topic, messages)
-            rate = (result["events"] - result["before"]) / max(result["seconds"], 1e-9)
+            rate = _events_per_s(result)
             rows.append(
                 {
                     "segment": segment,
@@ -441,6 +464,11 @@ def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
             )
             log(f"  {system}: {rate:,.0f} events/s")
     return rows
+
+
+def _events_per_s(drained: dict[str, Any]) -> float:
+    """A drain's rate: the events after the first poll that saw any, over its time."""
+    return float(drained["events"] - drained["before"]) / max(float(drained["seconds"]), 1e-9)
 
 
 def _drain_peer(infra: Infra, work: Path, system: str, topic: str, expect: int) -> dict[str, Any]:
@@ -658,14 +686,10 @@ def render(result: dict[str, Any]) -> str:
     swept = result.get("live", [])
     if swept:
         add("live", "where it ran", swept[0].get("placement", "shared"))
-        if swept[0].get("drain_rate"):
-            add(
-                "live",
-                "our single-event drain",
-                f"{n(swept[0]['drain_rate'])} events/s, measured so (the steps' fractions)",
-            )
     for row in swept:
-        share = f" = {row['fraction']:.2f}x our drain" if row.get("fraction") else ""
+        share = ""
+        if row.get("fraction") and row.get("drain_rate"):
+            share = f" = {row['fraction']:.2f}x our drain ({n(row['drain_rate'])}/s just before)"
         target = next(
             (
                 t
@@ -815,18 +839,6 @@ def _system_name(system: str) -> str:
     }[system]
 
 
-def _our_single_drain(result: dict[str, Any]) -> float | None:
-    """Our worker's single-event drain rate from this run's drain section, if it ran."""
-    return next(
-        (
-            r["events_per_s"]
-            for r in result.get("drain", [])
-            if r["system"] == "ours" and r["segment"] == 1
-        ),
-        None,
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="the CI version (under a minute)")
@@ -890,7 +902,7 @@ def main() -> None:
             sections: dict[str, Any] = {
                 "calibrate": lambda: calibrate(infra, work, plan),
                 "drain": lambda: drain(infra, work, plan),
-                "live": lambda: live(infra, work, plan, _our_single_drain(result)),
+                "live": lambda: live(infra, work, plan),
                 "scale": lambda: scale(infra, work, plan),
                 "replay": lambda: replay(infra, plan),
                 "fold": lambda: fold(plan),

@@ -34,6 +34,15 @@ def test_the_benchmark_smoke_run_fills_every_section(
     placement = own_core()  # the worker on a core of its own wherever there are two
     where = placement.describe() if placement is not None else "shared"
     assert all(row["placement"] == where for row in result["live"])
+    # Each step at its fraction of a drain measured just before it (a step whose drain ran
+    # past the corpus' margin is capped, and says so).
+    drains = [row["drain_rate"] for row in result["live"]]
+    assert all(d > 0 for d in drains) and len(set(drains)) == len(drains)
+    for row, fraction in zip(result["live"], (0.02, 0.05), strict=True):
+        wanted = max(100, round(row["drain_rate"] * fraction / 100) * 100)
+        assert (row["rate"], row["fraction"]) == (wanted, fraction) or (
+            row["capped"] and row["rate"] < wanted and row["fraction"] < fraction
+        )
     assert {r["system"] for r in result["drain"]} == {"ck", "faust", "ours"}
     assert all(r["events_per_s"] > 0 for r in result["drain"])
     assert [r["workers"] for r in result["scale"]] == [1, 2]
