@@ -11,8 +11,9 @@ Sections (all by default, in this order):
   Streams, stock Faust and our worker, with single events and segments of 16 and 64.
   Our single-event drain is the worker's own capacity; the live sweep measures it again.
 - ``live``: the live-latency sweep (``benchmarks.live``): paced rates over concurrent
-  sessions, one event per message, at fractions of our single-event drain rate measured
-  just before each step (``--rates`` sets them in events/s instead); per rate the latency, the
+  sessions, one event per message, at fractions of our single-event drain rate (the median
+  of the sweep's drains, one more measured just before each step; ``--rates`` sets
+  events/s instead); per rate the latency, the
   worker's CPU, the backlog left when the load stops and how long it took to clear, and
   per event the Kafka requests the worker sent, the Redis commands it ran and the output
   records it wrote. A step behind its load with the worker under 0.9 cores is flagged.
@@ -39,6 +40,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -174,8 +176,8 @@ def calibrate(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
 
 
 def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
-    """The sweep at ``plan.live_fractions`` of our single-event drain, measured just before
-    each step, or at ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or
+    """The sweep at ``plan.live_fractions`` of our single-event drain (``live_sweep``), or
+    at ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or
     more) the worker runs on a core of its own and the rest elsewhere, its drains too."""
     placement = own_core() if plan.live_own_core else None
     if placement is not None:
@@ -227,13 +229,15 @@ def live_sweep(
     drain: Callable[[], float] | None,
     placement: Placement | None,
 ) -> list[dict[str, Any]]:
-    """One worker through the steps: ``plan.live_fractions`` of ``drain()``, called just
-    before each step (this machine's speed drifts within minutes: a drain taken minutes
-    earlier set a step at up to 1.6x what it would be next to it), else
+    """One worker through the steps: ``plan.live_fractions`` of the median of the sweep's
+    drains, one more taken just before each step (this machine's speed drifts within
+    minutes, and one drain swings with it: 70,259-103,274 events/s within one sweep), else
     ``plan.live_rates``."""
     steps: list[tuple[int, float | None]]
+    drains: list[float] = []
     if drain is not None:
         first = drain()  # sets the warm-up and sizes the corpus; each step measures again
+        drains.append(first)
         steps = [(_rate(first * DRIFT * f), f) for f in plan.live_fractions]
         warm_up = _rate(first * plan.live_fractions[0])
     else:
@@ -276,7 +280,8 @@ def live_sweep(
         for most, fraction in steps:
             rate, drain_rate, capped = most, None, False
             if drain is not None and fraction is not None:
-                drain_rate = drain()
+                drains.append(drain())
+                drain_rate = statistics.median(drains)
                 rate = min(most, _rate(drain_rate * fraction))
                 capped = rate < _rate(drain_rate * fraction)  # past what the corpus holds
                 if capped:
@@ -318,7 +323,8 @@ def live_sweep(
             row: dict[str, Any] = {
                 "rate": rate,
                 "fraction": fraction,
-                "drain_rate": drain_rate,
+                "drain_rate": drain_rate,  # the median of ``drains``
+                "drains": list(drains),
                 "capped": capped,
                 "variant": " ".join(f"{k}={v}" for k, v in variant.items()),
                 "achieved": sent / took,
@@ -689,7 +695,10 @@ def render(result: dict[str, Any]) -> str:
     for row in swept:
         share = ""
         if row.get("fraction") and row.get("drain_rate"):
-            share = f" = {row['fraction']:.2f}x our drain ({n(row['drain_rate'])}/s just before)"
+            share = (
+                f" = {row['fraction']:.2f}x our drain ({n(row['drain_rate'])}/s, median of"
+                f" {len(row.get('drains', ()))})"
+            )
         target = next(
             (
                 t
