@@ -177,8 +177,8 @@ def calibrate(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
 
 def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
     """The sweep at ``plan.live_fractions`` of our single-event drain (``live_sweep``), or
-    at ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or
-    more) the worker runs on a core of its own and the rest elsewhere, its drains too."""
+    at ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or more) the worker
+    runs on a core of its own and the rest elsewhere, its drains too."""
     placement = own_core() if plan.live_own_core else None
     if placement is not None:
         log(f"live: {placement.describe()}")
