@@ -1,5 +1,7 @@
 """Topic administration with confluent-kafka: create what the service needs, idempotently."""
 
+import time
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
@@ -37,5 +39,22 @@ def ensure_topics(settings: Settings, timeout: float = 20.0) -> int:
             except KafkaException as error:
                 if error.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: a racing worker won
                     raise RuntimeError(f"cannot create topic {name}: {error}") from None
-    metadata = client.list_topics(settings.input_topic, timeout=timeout)
-    return len(metadata.topics[settings.input_topic].partitions)
+    return partition_count(client, settings.input_topic, timeout)
+
+
+def partition_count(client: AdminClient, topic: str, timeout: float = 20.0) -> int:
+    """The topic's partition count, once the broker we ask knows the topic.
+
+    A created topic's future resolves when the controller has it; the broker answering
+    metadata may still say UNKNOWN_TOPIC_OR_PART with no partitions for a moment (KRaft
+    propagates metadata asynchronously). Reading the count then would give 0.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        found = client.list_topics(topic, timeout=timeout).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        if time.monotonic() >= deadline:
+            problem = found.error if found is not None else "absent"
+            raise RuntimeError(f"topic {topic} has no partitions after {timeout:.0f} s: {problem}")
+        time.sleep(0.1)

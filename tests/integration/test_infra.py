@@ -10,6 +10,8 @@ import redis
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from stream.ops.admin import partition_count
+
 
 def test_kafka_roundtrip_through_a_3_partition_topic(
     kafka_bootstrap: str, kafka_admin: AdminClient
@@ -17,7 +19,7 @@ def test_kafka_roundtrip_through_a_3_partition_topic(
     topic = f"infra-smoke-{uuid.uuid4().hex[:8]}"
     for future in kafka_admin.create_topics([NewTopic(topic, num_partitions=3)]).values():
         future.result(timeout=30)
-    assert len(kafka_admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
+    assert partition_count(kafka_admin, topic, timeout=30) == 3
 
     produced: dict[str, int] = {}  # value -> partition
 

@@ -16,6 +16,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.contract.jsontext import dumps
+from stream.ops.admin import partition_count
 from tests.integration.harness import (
     EXAMPLE_LOG,
     Deployment,
@@ -262,6 +263,7 @@ def test_rows_live_in_the_changelog_partition_of_their_input_partition(
     probe = f"{deployment.name}.probe"
     admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
     admin.create_topics([NewTopic(probe, deployment.partitions, 1)])[probe].result(30)
+    partition_count(admin, probe, timeout=30)
     java = _java_placement_producer(deployment)
     for key in input_partitions:
         java.produce(probe, key=key, value=b"")
