@@ -282,8 +282,9 @@ def live_sweep(
             if drain is not None and fraction is not None:
                 drains.append(drain())
                 drain_rate = statistics.median(drains)
-                rate = min(most, _rate(drain_rate * fraction))
-                capped = rate < _rate(drain_rate * fraction)  # past what the corpus holds
+                target = _rate(drain_rate * fraction)
+                rate = min(most, target)
+                capped = rate < target  # past what the corpus holds
                 if capped:
                     log(f"live: capped at {rate:,} events/s ({DRIFT}x the first drain)")
                     fraction = rate / drain_rate  # no longer a target's fraction
