@@ -26,7 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
 
 from benchmarks.corpus import write_corpus
 from stream.contract.jsontext import dumps
-from stream.ops.admin import partition_count
+from stream.ops.admin import create_topic
 from stream.ops.produce import segments
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,8 +60,7 @@ class Infra:
 
     def create_topic(self, name: str, partitions: int) -> None:
         admin = self.admin()  # kept alive until the result is in
-        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-        partition_count(admin, name, timeout=30)
+        create_topic(admin, NewTopic(name, partitions, 1), timeout=30)
 
     def end_offsets(self, topic: str) -> int:
         """Sum of the topic's high watermarks (0 if it does not exist)."""

@@ -42,6 +42,12 @@ def ensure_topics(settings: Settings, timeout: float = 20.0) -> int:
     return partition_count(client, settings.input_topic, timeout)
 
 
+def create_topic(client: AdminClient, topic: NewTopic, timeout: float = 20.0) -> int:
+    """Create ``topic`` and return its partition count once the broker knows it."""
+    client.create_topics([topic], request_timeout=timeout)[topic.topic].result()
+    return partition_count(client, topic.topic, timeout)
+
+
 def partition_count(client: AdminClient, topic: str, timeout: float = 20.0) -> int:
     """The topic's partition count, once the broker we ask knows the topic.
 
@@ -51,7 +57,8 @@ def partition_count(client: AdminClient, topic: str, timeout: float = 20.0) -> i
     """
     deadline = time.monotonic() + timeout
     while True:
-        found = client.list_topics(topic, timeout=timeout).topics.get(topic)
+        left = max(deadline - time.monotonic(), 0.1)
+        found = client.list_topics(topic, timeout=left).topics.get(topic)
         if found is not None and found.error is None and found.partitions:
             return len(found.partitions)
         if time.monotonic() >= deadline:

@@ -10,16 +10,14 @@ import redis
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from stream.ops.admin import partition_count
+from stream.ops.admin import create_topic
 
 
 def test_kafka_roundtrip_through_a_3_partition_topic(
     kafka_bootstrap: str, kafka_admin: AdminClient
 ) -> None:
     topic = f"infra-smoke-{uuid.uuid4().hex[:8]}"
-    for future in kafka_admin.create_topics([NewTopic(topic, num_partitions=3)]).values():
-        future.result(timeout=30)
-    assert partition_count(kafka_admin, topic, timeout=30) == 3
+    assert create_topic(kafka_admin, NewTopic(topic, num_partitions=3), timeout=30) == 3
 
     produced: dict[str, int] = {}  # value -> partition
 

@@ -14,7 +14,7 @@ import aiokafka  # type: ignore[import-untyped]
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.app.producer import BatchSender
-from stream.ops.admin import partition_count
+from stream.ops.admin import create_topic
 
 HOLD = 1.0  # seconds the loop is held, as a long fold would
 
@@ -72,8 +72,7 @@ def test_records_that_have_left_reach_the_broker_while_the_loop_is_held(
 ) -> None:
     topic = f"left-{uuid.uuid4().hex[:8]}"
     config = {"message.timestamp.type": "LogAppendTime"}
-    kafka_admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
-    partition_count(kafka_admin, topic, timeout=30)
+    create_topic(kafka_admin, NewTopic(topic, 1, 1, config=config), timeout=30)
 
     held_from, offset = held_send(kafka_bootstrap, topic, wait_left=True)
     appended = appended_at(kafka_bootstrap, topic, offset)

@@ -16,7 +16,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.contract.jsontext import dumps
-from stream.ops.admin import partition_count
+from stream.ops.admin import create_topic
 from tests.integration.harness import (
     EXAMPLE_LOG,
     Deployment,
@@ -262,8 +262,7 @@ def test_rows_live_in_the_changelog_partition_of_their_input_partition(
     # Not vacuous: the Java client's murmur2 would have placed some of these keys elsewhere.
     probe = f"{deployment.name}.probe"
     admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
-    admin.create_topics([NewTopic(probe, deployment.partitions, 1)])[probe].result(30)
-    partition_count(admin, probe, timeout=30)
+    create_topic(admin, NewTopic(probe, deployment.partitions, 1), timeout=30)
     java = _java_placement_producer(deployment)
     for key in input_partitions:
         java.produce(probe, key=key, value=b"")
