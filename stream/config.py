@@ -144,6 +144,8 @@ class Settings:
     redis_tls_cafile: str | None = None
     redis_username: str | None = None
     redis_password: str | None = field(default=None, repr=False)
+    # Who loads the worker's Redis function library (FUNCTION LOAD); "": REDIS_URL's user.
+    redis_loader_url: str = field(default="", repr=False)  # may embed a password
     generation: int = 1  # bump when rebuilding state, so rebuilt updates win in Redis
     worker_id: str = ""  # names this worker's stats; default host-pid
     commit_interval: float = 2.8
@@ -284,6 +286,7 @@ class Settings:
             redis_tls_cafile=env.get("REDIS_TLS_CAFILE") or None,
             redis_username=env.get("REDIS_USERNAME") or None,
             redis_password=env.get("REDIS_PASSWORD") or None,
+            redis_loader_url=env.get("REDIS_LOADER_URL", ""),
             generation=_int(env, "STREAM_GENERATION", cls.generation),
             worker_id=env.get("STREAM_WORKER_ID") or f"{socket.gethostname()}-{os.getpid()}",
             commit_interval=_float(env, "STREAM_COMMIT_INTERVAL", cls.commit_interval),

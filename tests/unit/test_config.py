@@ -34,6 +34,7 @@ STRINGS: dict[str, str] = {
     "REDIS_KEY_PREFIX": "t:",
     "REDIS_USERNAME": "svc",
     "REDIS_PASSWORD": "pw",
+    "REDIS_LOADER_URL": "redis://loader:pw@r:6380/0",
     "STREAM_WORKER_ID": "w-1",
     "STREAM_METRICS_BIND": "127.0.0.1",
     "STREAM_GATEWAY_BIND": "0.0.0.0",
