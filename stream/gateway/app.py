@@ -11,10 +11,11 @@
 Every request passes ``_guard`` first: the ``Host`` header must be an allowed host (so a
 page on another site cannot reach a loopback gateway by DNS rebinding; 421 otherwise),
 the query string is bounded (414), preflights are answered. With authentication on, the
-data routes need a bearer token (``auth.py``) and serve only the sessions it grants: a
-session outside the grant is answered exactly like an unknown one (404), so a token
-cannot probe which sessions exist. Every response carries the security headers
-(``SECURITY_HEADERS``) and ``Server: context-stream``, no versions.
+data routes need a bearer token (``auth.py``) and serve only the sessions it grants
+(checked on the decoded id the route then reads from Redis, so no encoding of an id can
+differ from the one checked): a session outside the grant is answered exactly like an
+unknown one (404), so a token cannot probe which sessions exist. Every response carries
+the security headers (``SECURITY_HEADERS``) and ``Server: context-stream``, no versions.
 
 CORS: origins from ``STREAM_GATEWAY_CORS_ORIGINS`` (``*`` for any) get
 ``Access-Control-Allow-Origin``; ``Access-Control-Allow-Credentials`` is never sent
@@ -34,7 +35,14 @@ from redis.exceptions import RedisError
 
 from stream.config import Settings
 from stream.gateway import sse
-from stream.gateway.auth import EVERYTHING, Grant, InvalidToken, Verifier, key_source
+from stream.gateway.auth import (
+    EVERYTHING,
+    Grant,
+    InvalidToken,
+    Listing,
+    Verifier,
+    key_source,
+)
 from stream.gateway.config import GatewayConfig
 from stream.gateway.hub import Hub
 from stream.gateway.meter import summary
@@ -147,6 +155,7 @@ class _RefusalLog:
             self.suppressed += 1
             return
         more = f" ({self.suppressed} more refused since)" if self.suppressed else ""
+        reason = reason if len(reason) <= 300 else f"{reason[:297]}..."
         log.warning(
             "gateway: token refused from %s on %s: %s%s", request.remote, request.path, reason, more
         )
@@ -388,9 +397,13 @@ async def sessions(request: web.Request, grant: Grant) -> web.Response:
     except ValueError:
         return _json({"error": "limit must be an integer"}, 400)
     limit = max(1, min(limit, options.list_limit))
+    listing = grant.listing(prefix)
+    if listing is Listing.NOTHING:
+        return _json({"sessions": [], "scanned": 0})
+    allows = None if listing is Listing.ALL else grant.allows
     try:
         # Only what the grant covers, among the list_scan most recent sessions.
-        rows = await request.app[STORE].recent(grant.narrow(prefix), limit, options.list_scan)
+        rows = await request.app[STORE].recent(prefix, limit, options.list_scan, allows)
     except (RedisError, OSError):
         return _json(_UNAVAILABLE, 503)
     listed = []

@@ -2,24 +2,29 @@
 
 A token is a JWT signed with an asymmetric key (RS*, PS*, ES*, EdDSA; ``none`` and HMAC
 are refused before any key is looked at, so a public key can never serve as an HMAC
-secret). PyJWT checks the signature, ``exp`` (required), ``nbf``/``iat``, and the audience
-and issuer when configured, with a small leeway. What the token grants is a ``Grant``: the
-session-id prefixes of its claim (``sessions`` by default; ``""`` means every session).
+secret). PyJWT checks the signature, ``exp`` and ``sub`` (required), ``nbf``/``iat``, and
+the audience and issuer when configured, with a small leeway; a lifetime (``exp - iat``)
+over ``STREAM_GATEWAY_JWT_MAX_LIFETIME`` is refused. What the token grants is a ``Grant``:
+the entries of its claim (``sessions`` by default): ``"*"`` every session, ``"p*"`` the ids
+starting with ``p``, anything else that one id. Whatever a token holds, ``verify`` returns
+a grant or raises ``InvalidToken``.
 
 Keys come from ``STREAM_GATEWAY_JWT_KEYS``: a file (a JWKS, one JWK, a PEM public key or
 certificate) re-read when its inode, size or mtime changes, so keys rotate without a
-restart; or an ``https://`` JWKS URL (PyJWKClient: cached, refetched for an unknown
-``kid`` at most every 30 s).
+restart; or an ``https://`` JWKS URL (cached, fetched again for an unknown ``kid`` at most
+every 30 s, each answer bounded in size and time).
 """
 
 import asyncio
+import enum
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
+import aiohttp
 import jwt
 import orjson
 from cryptography import x509
@@ -33,7 +38,9 @@ log = logging.getLogger(__name__)
 RSA_ALGORITHMS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
 EC_ALGORITHMS: Final = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
 ALGORITHMS: Final = RSA_ALGORITHMS | frozenset(EC_ALGORITHMS.values()) | {"EdDSA"}
-MAX_PREFIXES: Final = 256  # a claim longer than this is refused (each check walks the list)
+MAX_ENTRIES: Final = 256  # a longer grant claim is refused (each listing walks it)
+EVERY: Final = "*"  # the grant entry for every session
+MAX_JWKS_BYTES: Final = 256 * 1024  # a JWKS answer larger than this is refused unread
 
 
 class InvalidToken(Exception):
@@ -47,51 +54,79 @@ class InvalidToken(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """What a request may read: sessions whose id starts with one of ``prefixes``."""
+    """What a request may read, from the entries of the token's claim: ``"*"`` every
+    session, ``"team-a/*"`` every id starting with ``team-a/``, anything else exactly that
+    one id (``""`` none). Ids are the decoded ones the routes read from Redis."""
 
-    subject: str | None  # the token's ``sub`` (limits count streams per subject)
-    prefixes: tuple[str, ...]
+    subject: str | None  # the token's ``sub`` (``None`` only with authentication off)
+    sessions: tuple[str, ...]  # the claim's entries, as the token wrote them
     expires: float | None  # epoch seconds after which the grant ends (exp + leeway)
+    exact: frozenset[str] = field(init=False, repr=False, compare=False)
+    # ``""`` (from ``"*"``): every session.
+    prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        prefixes = tuple(e[:-1] for e in self.sessions if e.endswith(EVERY))
+        exact = frozenset(e for e in self.sessions if e and not e.endswith(EVERY))
+        object.__setattr__(self, "prefixes", prefixes)
+        object.__setattr__(self, "exact", exact)
 
     def allows(self, session_id: str) -> bool:
-        return any(session_id.startswith(p) for p in self.prefixes)
+        return bool(session_id) and (
+            session_id in self.exact or session_id.startswith(self.prefixes)
+        )
 
-    def narrow(self, prefix: str) -> tuple[str, ...]:
-        """The prefixes a listing for ``prefix`` may show: ``prefix`` itself when a grant
-        covers it, else the granted prefixes that lie inside it (none: nothing to list)."""
-        inside: list[str] = []
-        for granted in self.prefixes:
-            if prefix.startswith(granted):
-                return (prefix,)
-            if granted.startswith(prefix):
-                inside.append(granted)
-        # A prefix inside another one lists nothing the other does not.
-        inside.sort()
-        kept: list[str] = []
-        for candidate in inside:
-            if not any(candidate.startswith(k) for k in kept):
-                kept.append(candidate)
-        return tuple(kept)
+    def listing(self, prefix: str) -> "Listing":
+        """What a listing of the ids starting with ``prefix`` may show."""
+        if prefix.startswith(self.prefixes):
+            return Listing.ALL  # a granted prefix covers the whole range asked for
+        if any(p.startswith(prefix) for p in (*self.prefixes, *self.exact)):
+            return Listing.FILTERED  # some of it: each row is checked with ``allows``
+        return Listing.NOTHING
 
 
-EVERYTHING: Final = Grant(None, ("",), None)  # authentication off
+class Listing(enum.Enum):
+    ALL = "all"
+    FILTERED = "filtered"
+    NOTHING = "nothing"
 
 
-def grant_of(claims: dict[str, Any], claim: str, leeway: float) -> Grant:
+EVERYTHING: Final = Grant(None, (EVERY,), None)  # authentication off
+
+
+def _seconds_of(claims: dict[str, Any], name: str) -> int | float | None:
+    value = claims.get(name)
+    # bool is an int to Python, not a time to JWT; PyJWT has already refused the rest.
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def grant_of(
+    claims: dict[str, Any], claim: str, leeway: float, max_lifetime: float = 0.0, now: float = 0.0
+) -> Grant:
     """The grant of verified claims; a malformed claim is an invalid token (loud), a
-    missing one grants nothing."""
+    missing one grants nothing. ``max_lifetime`` (0: none) caps ``exp - iat`` (``exp -
+    now`` without ``iat``)."""
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject:
+        # The per-subject stream limit counts by it: a token without one would escape it.
+        raise InvalidToken("no 'sub' claim", "no 'sub' claim")
     raw = claims.get(claim, [])
     if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
         raise InvalidToken(f"claim {claim!r} is not a list of strings", f"bad {claim!r} claim")
-    if len(raw) > MAX_PREFIXES:
-        raise InvalidToken(f"claim {claim!r} has {len(raw)} prefixes (at most {MAX_PREFIXES})")
-    subject = claims.get("sub")
-    exp = claims.get("exp")
-    return Grant(
-        subject if isinstance(subject, str) else None,
-        tuple(dict.fromkeys(raw)),
-        float(exp) + leeway if isinstance(exp, int | float) else None,
-    )
+    if len(raw) > MAX_ENTRIES:
+        raise InvalidToken(f"claim {claim!r} has {len(raw)} entries (at most {MAX_ENTRIES})")
+    exp = _seconds_of(claims, "exp")
+    if exp is None:
+        raise InvalidToken("no 'exp' claim", "no 'exp' claim")
+    if max_lifetime:
+        issued = _seconds_of(claims, "iat")
+        lifetime = exp - (now if issued is None else issued)
+        if not lifetime <= max_lifetime:  # also NaN
+            raise InvalidToken(
+                f"token lifetime over {max_lifetime:g} s", "the token lives too long"
+            )
+    expires = float(min(exp, 1e300)) + leeway  # min: an int too large for a float
+    return Grant(subject, tuple(dict.fromkeys(raw)), expires)
 
 
 # -- keys ------------------------------------------------------------------------------
@@ -223,37 +258,67 @@ def _matching(keys: Sequence[Key], kid: str | None) -> list[Key]:
     return [k for k in keys if k.kid == kid or k.kid is None]
 
 
+async def fetch_jwks(url: str, timeout: float = 5.0, limit: int = MAX_JWKS_BYTES) -> object:
+    """The JSON document at ``url``, read to at most ``limit`` bytes within ``timeout``
+    seconds. Raises OSError, aiohttp.ClientError, TimeoutError or ValueError."""
+    # No redirects: one could lead off https (the URL is checked to be https at start).
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+        session.get(url, allow_redirects=False, headers={"Accept": "application/json"}) as answer,
+    ):
+        if answer.status != 200:
+            raise ValueError(f"HTTP {answer.status}")
+        if answer.content_length is not None and answer.content_length > limit:
+            raise ValueError(f"{answer.content_length} bytes (at most {limit})")
+        body = bytearray()
+        async for chunk in answer.content.iter_any():
+            body += chunk
+            if len(body) > limit:
+                raise ValueError(f"over {limit} bytes")
+    return orjson.loads(body)
+
+
 class UrlKeys(KeySource):
     """An https JWKS endpoint (an identity provider's ``jwks_uri``): fetched at most every
-    ``lifespan`` seconds, and again for an unknown ``kid`` (a rotation) at most every
-    ``cooldown`` seconds, so tokens with made-up kids cannot make the gateway hammer it."""
+    ``lifespan`` seconds, and again for an unknown ``kid`` (a rotation) or while it has no
+    keys at most every ``cooldown`` seconds, so tokens with made-up kids cannot make the
+    gateway hammer it. A failed fetch (any I/O error, a timeout, an answer too large or
+    not a JWKS) keeps the last keys and counts for the cooldown like any other."""
 
     def __init__(
         self,
         url: str,
         lifespan: float = 300.0,
         cooldown: float = 30.0,
-        fetch: Callable[[], object] | None = None,
+        fetch: Callable[[], Awaitable[object]] | None = None,
+        timeout: float = 5.0,
     ) -> None:
         self.url = url
         self.lifespan = lifespan
         self.cooldown = cooldown
-        self._fetch = fetch or jwt.PyJWKClient(url, cache_jwk_set=False, timeout=5).fetch_data
+        self._fetch = fetch or (lambda: fetch_jwks(url, timeout))
         self._keys: list[Key] = []
         self._fetched = -float("inf")
         self._lock = asyncio.Lock()
         self.fetches = 0
+        self.failures = 0
 
     async def candidates(self, kid: str | None) -> Sequence[Key]:
         async with self._lock:
             age = time.monotonic() - self._fetched
-            unknown = kid is not None and not any(k.kid == kid for k in self._keys)
+            unknown = not self._keys or (
+                kid is not None and not any(k.kid == kid for k in self._keys)
+            )
             if age > self.lifespan or (unknown and age > self.cooldown):
                 try:
-                    document = await asyncio.to_thread(self._fetch)
-                    self._keys = jwks_keys(document)
-                except (jwt.PyJWKClientError, ValueError) as error:
-                    log.warning("gateway: cannot fetch the JWKS (%s)", error)
+                    self._keys = jwks_keys(await self._fetch())
+                except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as error:
+                    self.failures += 1
+                    log.warning(
+                        "gateway: cannot fetch the JWKS (%s: %s); keeping its last keys",
+                        type(error).__name__,
+                        error,
+                    )
                 self._fetched = time.monotonic()
                 self.fetches += 1
         return _matching(self._keys, kid)
@@ -265,6 +330,12 @@ def key_source(spec: str) -> KeySource:
 
 
 # -- verification ----------------------------------------------------------------------
+def _shown(value: object) -> str:
+    """A header value for the log: its repr, cut short (a header can be kilobytes)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 class Verifier:
     def __init__(
         self,
@@ -277,28 +348,37 @@ class Verifier:
         self.issuer = config.jwt_issuer
         self.claim = config.jwt_claim
         self.leeway = config.jwt_leeway
+        self.max_lifetime = config.jwt_max_lifetime
         self.clock = clock
 
     async def verify(self, token: str) -> Grant:
-        """The grant of a valid token; raises InvalidToken with the reason."""
+        """The grant of a valid token; raises InvalidToken with the reason, and nothing
+        else whatever the token holds (tests/unit/gateway/test_fuzz.py)."""
         try:
+            # PyJWT checks the header's shape: a JSON object, ``kid`` a string, ``crit``
+            # a list of extensions it implements.
             header = jwt.get_unverified_header(token)
-        except jwt.DecodeError as error:
+        except jwt.InvalidTokenError as error:
             raise InvalidToken(f"malformed token ({error})", "malformed token") from None
         alg = header.get("alg")
-        if alg not in ALGORITHMS:
-            # alg none, HS256 (a public key as the HMAC secret), anything unexpected.
-            raise InvalidToken(f"algorithm {alg!r} not accepted", "algorithm not accepted")
+        if not isinstance(alg, str) or alg not in ALGORITHMS:
+            # alg none, HS256 (a public key as the HMAC secret), a list, anything else.
+            raise InvalidToken(f"algorithm {_shown(alg)} not accepted", "algorithm not accepted")
         kid = header.get("kid")
-        keys = [k for k in await self.keys.candidates(kid if isinstance(kid, str) else None)]
-        keys = [k for k in keys if alg in k.algorithms]
+        if kid is not None and not isinstance(kid, str):
+            raise InvalidToken(f"kid {_shown(kid)} is not a string", "malformed token")
+        keys = [k for k in await self.keys.candidates(kid) if alg in k.algorithms]
         if not keys:
-            raise InvalidToken(f"no {alg} key for kid {kid!r}", "unknown signing key")
-        options: Any = {"require": ["exp"], "verify_aud": self.audience is not None}
-        failure: jwt.InvalidTokenError | None = None
+            raise InvalidToken(f"no {alg} key for kid {_shown(kid)}", "unknown signing key")
+        claims = self._decode(token, alg, keys)
+        return grant_of(claims, self.claim, self.leeway, self.max_lifetime, self.clock())
+
+    def _decode(self, token: str, alg: str, keys: Sequence[Key]) -> dict[str, Any]:
+        options: Any = {"require": ["exp", "sub"], "verify_aud": self.audience is not None}
+        failure: Exception | None = None
         for key in keys:
             try:
-                claims = jwt.decode(
+                claims: dict[str, Any] = jwt.decode(
                     token,
                     key.key,
                     algorithms=[alg],
@@ -307,6 +387,7 @@ class Verifier:
                     leeway=self.leeway,
                     options=options,
                 )
+                return claims
             except jwt.InvalidSignatureError as error:
                 failure = error  # maybe another key of the same kid (or none) verifies it
                 continue
@@ -322,5 +403,9 @@ class Verifier:
                 ) from None
             except jwt.InvalidTokenError as error:
                 raise InvalidToken(f"{type(error).__name__}: {error}") from None
-            return grant_of(claims, self.claim, self.leeway)
+            except Exception as error:
+                # PyJWT raises InvalidTokenError for a bad token (the fuzz test has found
+                # nothing else), but a token is untrusted input: should some other error
+                # escape the decoder for some input, it is a refusal too, never a 500.
+                raise InvalidToken(f"unreadable token ({type(error).__name__})") from None
         raise InvalidToken(f"signature does not verify ({failure})", "bad signature")

@@ -40,7 +40,7 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     return value
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
     raw = _text(env, name)
     if raw is None:
         return default
@@ -48,8 +48,8 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not value >= 0:  # also refuses NaN
-        raise ConfigError(f"{name} must be at least 0, got {raw!r}")
+    if not minimum <= value < float("inf"):  # also refuses NaN
+        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw!r}")
     return value
 
 
@@ -101,11 +101,14 @@ class GatewayConfig:
     jwt_issuer: str | None = None
     jwt_claim: str = "sessions"
     jwt_leeway: float = 30.0
+    jwt_max_lifetime: float = 86_400.0  # longest ``exp - iat`` accepted (0: no cap)
     # Requests.
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     max_query_bytes: int = 2048  # longer query strings: 414
     max_line_bytes: int = 8190  # the request line and each header line (aiohttp's parser)
     max_field_bytes: int = 8190  # one header's value: room for a large JWT
+    header_timeout: float = 15.0  # a request's line and headers must arrive within this
+    max_connections: int = 4096  # open connections per process; more: 503 (0: no cap)
     # Streams.
     max_streams_per_subject: int = 64  # concurrent streams of one token subject (0: no cap)
     max_streams_per_address: int = 512  # concurrent streams of one client address (0: no cap)
@@ -148,9 +151,14 @@ class GatewayConfig:
             jwt_issuer=_text(env, "STREAM_GATEWAY_JWT_ISSUER"),
             jwt_claim=claim,
             jwt_leeway=_seconds(env, "STREAM_GATEWAY_JWT_LEEWAY", cls.jwt_leeway),
+            jwt_max_lifetime=_seconds(env, "STREAM_GATEWAY_JWT_MAX_LIFETIME", cls.jwt_max_lifetime),
             allowed_hosts=_names(hosts) if hosts else default_allowed_hosts(bind),
             max_query_bytes=_int(env, "STREAM_GATEWAY_MAX_QUERY_BYTES", cls.max_query_bytes, 256),
             max_field_bytes=_int(env, "STREAM_GATEWAY_MAX_HEADER_BYTES", cls.max_field_bytes, 1024),
+            header_timeout=_seconds(
+                env, "STREAM_GATEWAY_HEADER_TIMEOUT", cls.header_timeout, minimum=0.1
+            ),
+            max_connections=_int(env, "STREAM_GATEWAY_MAX_CONNECTIONS", cls.max_connections),
             max_streams_per_subject=_int(
                 env, "STREAM_GATEWAY_MAX_STREAMS_PER_SUBJECT", cls.max_streams_per_subject
             ),

@@ -12,7 +12,7 @@ each shard's set (one pipeline of ``SHARDS`` ZREVRANGEs of at most ``scan`` entr
 merges them.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -103,11 +103,15 @@ class Store(Protocol):
         """Each session's update and version (``None``: unknown), in one round trip."""
 
     async def recent(
-        self, prefixes: str | Sequence[str], limit: int, scan: int = SCAN
+        self,
+        prefix: str,
+        limit: int,
+        scan: int = SCAN,
+        allows: Callable[[str], bool] | None = None,
     ) -> list[tuple[str, int, bytes]]:
         """``(session id, updated epoch ms, update JSON)``, most recently updated first, of
-        sessions whose id starts with one of ``prefixes``, among the ``scan`` most recently
-        updated ones."""
+        sessions whose id starts with ``prefix`` (and that ``allows`` lets through), among
+        the ``scan`` most recently updated ones."""
 
     async def ping(self) -> bool: ...
 
@@ -137,13 +141,15 @@ class RedisStore:
         return [stored(values) for values in await pipe.execute()]
 
     async def recent(
-        self, prefixes: str | Sequence[str], limit: int, scan: int = SCAN
+        self,
+        prefix: str,
+        limit: int,
+        scan: int = SCAN,
+        allows: Callable[[str], bool] | None = None,
     ) -> list[tuple[str, int, bytes]]:
-        if isinstance(prefixes, str):
-            prefixes = (prefixes,)
-        if not prefixes or limit < 1:
+        if limit < 1:
             return []
-        everything = "" in prefixes
+        everything = not prefix and allows is None
         # Without a filter the first ``limit`` entries are the answer; with one, look at
         # the ``scan`` newest and no further (a bounded cost, documented).
         count = min(limit, scan) if everything else scan
@@ -159,7 +165,9 @@ class RedisStore:
         wanted: list[tuple[str, int]] = []
         for raw, score in page:
             session_id = raw.decode(errors="replace")
-            if everything or session_id.startswith(tuple(prefixes)):
+            if everything or (
+                session_id.startswith(prefix) and (allows is None or allows(session_id))
+            ):
                 wanted.append((session_id, int(score)))
                 if len(wanted) == limit:
                     break

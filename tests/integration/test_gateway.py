@@ -270,7 +270,7 @@ def test_1000_concurrent_sse_clients_all_receive_every_update(
             "0.5",
             STREAM_GATEWAY_JWT_KEYS=str(tmp_path / "jwks.json"),
         )
-        tokens = [signer.token(["fan-out"], sub=f"user-{i}") for i in range(clients_wanted)]
+        tokens = [signer.token(["fan-out-*"], sub=f"user-{i}") for i in range(clients_wanted)]
     key, log = f"fan-out-{auth}", Log.read("example-agent-1.jsonl")
     cuts = log.cuts(8)
     first = log.seq_after(cuts[0])

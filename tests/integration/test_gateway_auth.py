@@ -140,23 +140,23 @@ def _no_streams(gateway: Gateway) -> None:
 def test_only_valid_tokens_read(secured: Gateway, signer: Signer, sessions: Sessions) -> None:
     payload = sessions.write("auth-1", 3)
     path = "/sessions/auth-1/context"
-    good = _token(signer, [""])
+    good = _token(signer, ["*"])
     status, _, body = secured.request(path, _bearer(good))
     assert (status, body) == (200, payload)
 
     status, headers, _ = secured.request(path)
     assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="context-stream"'
     forged = {
-        "expired": _token(signer, [""], expires_in=-120),
-        "foreign key": _token(Signer(kid="main"), [""]),
-        "wrong audience": signer.token([""], aud="someone-else", iss=ISSUER),
-        "wrong issuer": signer.token([""], aud=AUDIENCE, iss="https://idp.evil"),
-        "alg none": unsigned(claims([""], aud=AUDIENCE, iss=ISSUER)),
+        "expired": _token(signer, ["*"], expires_in=-120),
+        "foreign key": _token(Signer(kid="main"), ["*"]),
+        "wrong audience": signer.token(["*"], aud="someone-else", iss=ISSUER),
+        "wrong issuer": signer.token(["*"], aud=AUDIENCE, iss="https://idp.evil"),
+        "alg none": unsigned(claims(["*"], aud=AUDIENCE, iss=ISSUER)),
         "hmac with the public key": hmac_signed(
-            signer.pem(), claims([""], aud=AUDIENCE, iss=ISSUER), kid="main"
+            signer.pem(), claims(["*"], aud=AUDIENCE, iss=ISSUER), kid="main"
         ),
-        "tampered": tampered(_token(signer, ["nothing-"]), sessions=[""]),
-        "no exp": _token(signer, [""], expires_in=None),
+        "tampered": tampered(_token(signer, ["nothing-"]), sessions=["*"]),
+        "no exp": _token(signer, ["*"], expires_in=None),
     }
     logged = ("expired", "foreign key", "wrong audience", "wrong issuer", "alg none")
     for what, token in forged.items():
@@ -177,14 +177,14 @@ def test_a_token_reads_only_its_prefixes(
 ) -> None:
     for session_id in ("team-a/1", "team-a/2", "team-b/1"):
         sessions.write(session_id, 1)
-    token = _bearer(_token(signer, ["team-a/"]))
+    token = _bearer(_token(signer, ["team-a/*"]))
     assert secured.request(f"/sessions/{_quote('team-a/1')}/context", token)[0] == 200
     assert secured.request(f"/sessions/{_quote('team-b/1')}/context", token)[0] == 404
     assert secured.request(f"/sessions/{_quote('team-b/1')}/context/stream", token)[0] == 404
     status, _, body = secured.request("/sessions?prefix=team-", token)
     listed = [row["sessionId"] for row in orjson.loads(body)["sessions"]]
     assert status == 200 and listed == ["team-a/2", "team-a/1"]
-    everything = _bearer(_token(signer, [""]))
+    everything = _bearer(_token(signer, ["*"]))
     listed = [
         row["sessionId"]
         for row in orjson.loads(secured.request("/sessions?prefix=team-", everything)[2])[
@@ -210,7 +210,7 @@ def test_access_token_in_the_query_and_a_stream_that_ends_with_its_token(
     # The same URL again: the token is refused now, which ends an EventSource for good.
     assert secured.request(f"/sessions/short-lived/context/stream?access_token={token}")[0] == 401
     # Only the stream takes a query token.
-    fresh = _token(signer, [""])
+    fresh = _token(signer, ["*"])
     assert secured.request(f"/sessions/short-lived/context?access_token={fresh}")[0] == 401
     # The access log has the path, never the query string.
     wait_until(lambda: "/context/stream" in secured.log(), 10, "the access log line")
@@ -223,8 +223,8 @@ def test_streams_beyond_the_limits_get_429(
 ) -> None:
     sessions.write("limited", 1)
     url = f"{secured.url}/sessions/limited/context/stream"
-    alice = [SseClient(url, token=_token(signer, [""], sub="alice")) for _ in range(3)]
-    others = [SseClient(url, token=_token(signer, [""], sub=f"u{i}")) for i in range(3)]
+    alice = [SseClient(url, token=_token(signer, ["*"], sub="alice")) for _ in range(3)]
+    others = [SseClient(url, token=_token(signer, ["*"], sub=f"u{i}")) for i in range(3)]
 
     def settled(clients: list[SseClient]) -> bool:
         return all(c.status for c in clients)
@@ -239,7 +239,7 @@ def test_streams_beyond_the_limits_get_429(
 
 
 def test_a_host_name_not_allowed_is_refused(secured: Gateway, signer: Signer) -> None:
-    token = _bearer(_token(signer, [""]))
+    token = _bearer(_token(signer, ["*"]))
     status, _, _ = secured.request("/sessions", token | {"Host": "rebound.attacker.example"})
     assert status == 421
     assert secured.request("/", {"Host": "rebound.attacker.example"})[0] == 421
@@ -310,17 +310,17 @@ def test_rewriting_the_key_file_rotates_keys_without_a_restart(deployment_: Depl
     try:
         Sessions(deployment_).write("rotation", 1)
         path = "/sessions/rotation/context"
-        assert gateway.request(path, _bearer(old.token([""])))[0] == 200
-        assert gateway.request(path, _bearer(new.token([""])))[0] == 401
+        assert gateway.request(path, _bearer(old.token(["*"])))[0] == 200
+        assert gateway.request(path, _bearer(new.token(["*"])))[0] == 401
         staged = keys.with_suffix(".new")
         staged.write_bytes(jwks(old, new))  # the new key published beside the old one
         staged.replace(keys)
-        assert gateway.request(path, _bearer(new.token([""])))[0] == 200
-        assert gateway.request(path, _bearer(old.token([""])))[0] == 200
+        assert gateway.request(path, _bearer(new.token(["*"])))[0] == 200
+        assert gateway.request(path, _bearer(old.token(["*"])))[0] == 200
         staged.write_bytes(jwks(new))  # the old one retired
         staged.replace(keys)
-        assert gateway.request(path, _bearer(old.token([""])))[0] == 401
-        assert gateway.request(path, _bearer(new.token([""])))[0] == 200
+        assert gateway.request(path, _bearer(old.token(["*"])))[0] == 401
+        assert gateway.request(path, _bearer(new.token(["*"])))[0] == 200
         assert "key file reloaded" in gateway.log()
     finally:
         gateway.stop()
@@ -368,7 +368,7 @@ def test_redis_is_asked_little_per_listing(
         sessions.write(f"costly-{i}", 1)
     admin = redis.Redis.from_url(deployment_.redis_url)
     before = _commands(admin)
-    token = _bearer(_token(signer, [""]))
+    token = _bearer(_token(signer, ["*"]))
     status, _, body = secured.request("/sessions?prefix=costly-&limit=10", token)
     assert status == 200 and len(orjson.loads(body)["sessions"]) == 10
     after = _commands(admin)

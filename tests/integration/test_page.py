@@ -271,7 +271,7 @@ def test_the_page_with_authentication_on(
     feeder.send("page-outside", log.lines[: cuts[0]])
     for key in (one, two, "page-outside"):
         wait_seq(live_deployment, key, log.seq_after(cuts[0]))
-    token = signer.token(["page-auth/"], sub="page-user")
+    token = signer.token(["page-auth/*"], sub="page-user")
 
     # The index: the token comes in the fragment, is kept for the tab and leaves the URL.
     page.goto(f"{secured.url}/#access_token={token}")
@@ -338,7 +338,7 @@ def test_the_page_says_when_its_token_is_missing_or_expires(
     expect(page.get_by_test_id("status")).to_have_attribute("data-state", "auth")
     expect(page.get_by_test_id("notice")).to_contain_text("Not authorised")
 
-    brief = signer.token(["page-auth/"], expires_in=3)
+    brief = signer.token(["page-auth/*"], expires_in=3)
     page.goto(f"{secured.url}/sessions/{key.replace('/', '%2F')}#access_token={brief}")
     expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
     # At the token's expiry the gateway ends the stream with `event: reauthenticate`.

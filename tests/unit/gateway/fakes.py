@@ -1,6 +1,6 @@
 """An in-memory ``Store`` and an unstarted ``Hub``: the gateway without a Redis server."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -35,6 +35,8 @@ class FakeStore:
         self.updated: dict[str, int] = {}
         self.down = False
         self.reads: list[list[str]] = []  # the session ids of each current() call
+        self.latest_reads: list[str] = []  # the session ids latest() was asked for
+        self.listings = 0  # recent() calls
 
     def put(
         self, session_id: str, payload: bytes, updated_ms: int = 0, version: Version | None = None
@@ -57,6 +59,7 @@ class FakeStore:
 
     async def latest(self, session_id: str) -> bytes | None:
         self._check()
+        self.latest_reads.append(session_id)
         return self.values.get(session_id)
 
     async def latest_many(self, session_ids: Sequence[str]) -> list[bytes | None]:
@@ -72,13 +75,21 @@ class FakeStore:
         ]
 
     async def recent(
-        self, prefixes: str | Sequence[str], limit: int, scan: int = 1000
+        self,
+        prefix: str,
+        limit: int,
+        scan: int = 1000,
+        allows: Callable[[str], bool] | None = None,
     ) -> list[tuple[str, int, bytes]]:
         self._check()
-        prefixes = (prefixes,) if isinstance(prefixes, str) else tuple(prefixes)
+        self.listings += 1
         ordered = sorted(self.updated.items(), key=lambda item: item[1], reverse=True)[:scan]
-        found = [(i, ms, self.values[i]) for i, ms in ordered if i.startswith(prefixes)]
-        return found[:limit] if prefixes else []
+        found = [
+            (i, ms, self.values[i])
+            for i, ms in ordered
+            if i.startswith(prefix) and (allows is None or allows(i))
+        ]
+        return found[:limit]
 
     async def ping(self) -> bool:
         self._check()

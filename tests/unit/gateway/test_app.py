@@ -376,7 +376,7 @@ def test_the_data_routes_need_a_token_and_say_so(verifier: Verifier, signer: Sig
             basic = await client.get(path, headers={"Authorization": "Basic dTpw"})
             assert basic.status == 400
             assert 'error="invalid_request"' in basic.headers["WWW-Authenticate"]
-        ok = await client.get("/sessions/s/context", headers=_bearer(signer.token([""])))
+        ok = await client.get("/sessions/s/context", headers=_bearer(signer.token(["*"])))
         assert ok.status == 200 and await ok.read() == update("s", 1)
         # Open without a token: the probe and the page (its requests carry the token).
         for path in ("/healthz", "/", "/sessions/s", "/static/session.js"):
@@ -390,7 +390,7 @@ def test_the_stream_takes_the_token_as_access_token_and_only_the_stream(
 ) -> None:
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         store.put("s", update("s", 1))
-        token = signer.token([""])
+        token = signer.token(["*"])
         stream = await client.get(f"/sessions/s/context/stream?access_token={token}")
         assert stream.status == 200
         assert seqs(await Stream(stream).read(1)) == [1]
@@ -408,7 +408,7 @@ def test_a_token_reads_only_the_sessions_it_grants(verifier: Verifier, signer: S
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         for i, session_id in enumerate(("team-a/1", "team-a/2", "team-b/1", "team-ab")):
             store.put(session_id, update(session_id, 1), 100 + i)
-        token = _bearer(signer.token(["team-a/"]))
+        token = _bearer(signer.token(["team-a/*"]))
         assert (await client.get("/sessions/team-a%2F1/context", headers=token)).status == 200
         # Outside the grant: exactly the answer for an unknown session.
         outside = await client.get("/sessions/team-b%2F1/context", headers=token)
@@ -423,7 +423,7 @@ def test_a_token_reads_only_the_sessions_it_grants(verifier: Verifier, signer: S
         assert [s["sessionId"] for s in asked["sessions"]] == ["team-a/2", "team-a/1"]
         none = await (await client.get("/sessions?prefix=team-b", headers=token)).json()
         assert none["sessions"] == []
-        everything = _bearer(signer.token([""]))
+        everything = _bearer(signer.token(["*"]))
         listed = await (await client.get("/sessions", headers=everything)).json()
         assert len(listed["sessions"]) == 4
         nothing = _bearer(signer.token(None))  # no claim: nothing
@@ -436,7 +436,7 @@ def test_a_stream_ends_when_its_token_does(verifier: Verifier, signer: Signer) -
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         store.put("s", update("s", 1))
         started = time.monotonic()
-        short = signer.token([""], expires_in=2)  # whole seconds: ends within 1-2 s
+        short = signer.token(["*"], expires_in=2)  # whole seconds: ends within 1-2 s
         stream = Stream(await client.get("/sessions/s/context/stream", headers=_bearer(short)))
         await stream.to_end(timeout=5)
         assert stream.named == [("reauthenticate", b'{"reason":"the token expired"}')]
@@ -451,14 +451,14 @@ def test_streams_are_limited_per_subject_and_per_address(
 ) -> None:
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         path = "/sessions/s/context/stream"
-        alice = _bearer(signer.token([""], sub="alice"))
+        alice = _bearer(signer.token(["*"], sub="alice"))
         first = [await client.get(path, headers=alice) for _ in range(2)]
         assert [r.status for r in first] == [200, 200]
         refused = await client.get(path, headers=alice)
         assert refused.status == 429 and "per token subject" in (await refused.json())["error"]
-        bob = await client.get(path, headers=_bearer(signer.token([""], sub="bob")))
+        bob = await client.get(path, headers=_bearer(signer.token(["*"], sub="bob")))
         assert bob.status == 200
-        carol = await client.get(path, headers=_bearer(signer.token([""], sub="carol")))
+        carol = await client.get(path, headers=_bearer(signer.token(["*"], sub="carol")))
         assert carol.status == 429 and "per client address" in (await carol.json())["error"]
         first[0].close()
         await _until(lambda: fan.client_count == 2)
@@ -535,7 +535,7 @@ def test_wildcard_cors_never_allows_credentials(verifier: Verifier, signer: Sign
         store.put("s", update("s", 1))
         origin = {"Origin": "https://ui.example"}
         response = await client.get(
-            "/sessions/s/context", headers=origin | _bearer(signer.token([""]))
+            "/sessions/s/context", headers=origin | _bearer(signer.token(["*"]))
         )
         assert response.headers["Access-Control-Allow-Origin"] == "*"
         assert "Access-Control-Allow-Credentials" not in response.headers

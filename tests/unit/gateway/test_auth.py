@@ -14,6 +14,7 @@ from stream.gateway.auth import (
     FileKeys,
     Grant,
     InvalidToken,
+    Listing,
     UrlKeys,
     Verifier,
     grant_of,
@@ -25,52 +26,88 @@ from tests.unit.gateway.tokens import Signer, claims, hmac_signed, jwks, tampere
 
 # -- grants ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    ("prefixes", "session_id", "allowed"),
+    ("entries", "session_id", "allowed"),
     [
-        (("",), "anything", True),
-        (("team-a/",), "team-a/s1", True),
-        (("team-a/",), "team-a", False),
-        (("team-a/",), "team-b/s1", False),
-        (("team-a/", "s-9"), "s-9x", True),
+        (("user-1",), "user-1", True),  # an entry without ``*``: that one id
+        (("user-1",), "user-10", False),
+        (("user-1",), "user-1x", False),
+        (("user-1",), "user-1/../admin", False),  # what user-1%2F..%2Fadmin decodes to
+        (("user-1",), "user-1%2F..%2Fadmin", False),  # what user-1%252F... decodes to
+        (("user-1",), "USER-1", False),
+        (("user-1*",), "user-10", True),  # ``*`` at the end: a prefix
+        (("user-1*",), "user-1", True),
+        (("user-1*",), "user-2", False),
+        (("acme",), "acme-corp/1", False),  # a tenant id is not a prefix of others
+        (("acme/*",), "acme/1", True),
+        (("acme/*",), "acme-corp/1", False),
+        (("",), "anything", False),  # an empty entry grants nothing
+        (("",), "", False),
+        (("*",), "anything", True),
+        (("*",), "", False),  # no session has the empty id
+        (("a*b",), "a*b", True),  # ``*`` elsewhere is part of the id
+        (("a*b",), "axb", False),
+        (("team-a/*", "s-9"), "s-9", True),
+        (("team-a/*", "s-9"), "s-9x", False),
         ((), "s", False),
     ],
 )
-def test_a_grant_allows_sessions_under_its_prefixes(
-    prefixes: tuple[str, ...], session_id: str, allowed: bool
+def test_a_grant_allows_exactly_what_its_entries_say(
+    entries: tuple[str, ...], session_id: str, allowed: bool
 ) -> None:
-    assert Grant("u", prefixes, None).allows(session_id) is allowed
+    assert Grant("u", entries, None).allows(session_id) is allowed
 
 
 @pytest.mark.parametrize(
-    ("prefixes", "asked", "listed"),
+    ("entries", "asked", "listing"),
     [
-        (("",), "", ("",)),
-        (("",), "abc", ("abc",)),
-        (("team-a/",), "", ("team-a/",)),
-        (("team-a/",), "team-a/x", ("team-a/x",)),  # inside the grant: as asked
-        (("team-a/x", "team-a/y", "team-b/"), "team-a/", ("team-a/x", "team-a/y")),
-        (("team-a/",), "team-b", ()),  # nothing of it granted
-        (("a", "ab", "b"), "", ("a", "b")),  # "ab" lies inside "a"
-        ((), "", ()),
+        (("*",), "", Listing.ALL),
+        (("*",), "abc", Listing.ALL),
+        (("team-a/*",), "", Listing.FILTERED),
+        (("team-a/*",), "team-a/x", Listing.ALL),  # inside the grant: as asked
+        (("team-a/x", "team-b/*"), "team-a/", Listing.FILTERED),
+        (("team-a/*",), "team-b", Listing.NOTHING),
+        (("user-1",), "user-1", Listing.FILTERED),  # user-1 itself, not user-10
+        (("user-1",), "user-10", Listing.NOTHING),
+        (("",), "", Listing.NOTHING),
+        ((), "", Listing.NOTHING),
     ],
 )
 def test_a_listing_is_narrowed_to_the_grant(
-    prefixes: tuple[str, ...], asked: str, listed: tuple[str, ...]
+    entries: tuple[str, ...], asked: str, listing: Listing
 ) -> None:
-    assert Grant("u", prefixes, None).narrow(asked) == listed
+    assert Grant("u", entries, None).listing(asked) is listing
 
 
 def test_the_grant_of_claims() -> None:
-    grant = grant_of({"sub": "u", "exp": 100, "sessions": ["a", "b", "a"]}, "sessions", 30)
-    assert grant == Grant("u", ("a", "b"), 130.0)
-    assert grant_of({"exp": 100}, "sessions", 0).prefixes == ()  # no claim: nothing
-    assert grant_of({"exp": 1, "scope": [""]}, "scope", 0).prefixes == ("",)
-    assert grant_of({"sub": 7, "exp": 1}, "sessions", 0).subject is None
+    grant = grant_of({"sub": "u", "exp": 100, "sessions": ["a", "b*", "a"]}, "sessions", 30)
+    assert grant == Grant("u", ("a", "b*"), 130.0)
+    assert grant.exact == {"a"} and grant.prefixes == ("b",)
+    assert grant_of({"sub": "u", "exp": 100}, "sessions", 0).sessions == ()  # no claim
+    assert grant_of({"sub": "u", "exp": 1, "scope": ["*"]}, "scope", 0).sessions == ("*",)
     for bad in ("team-a/", [1], {"a": 1}, [None]):
         with pytest.raises(InvalidToken, match="not a list of strings"):
-            grant_of({"exp": 1, "sessions": bad}, "sessions", 0)
-    with pytest.raises(InvalidToken, match="prefixes"):
-        grant_of({"exp": 1, "sessions": [str(i) for i in range(300)]}, "sessions", 0)
+            grant_of({"sub": "u", "exp": 1, "sessions": bad}, "sessions", 0)
+    with pytest.raises(InvalidToken, match="entries"):
+        grant_of({"sub": "u", "exp": 1, "sessions": [str(i) for i in range(300)]}, "sessions", 0)
+    # No subject, or not a usable one: the per-subject stream limit could not count it.
+    for subject in (None, 7, "", ["u"]):
+        with pytest.raises(InvalidToken, match="'sub'"):
+            grant_of({"sub": subject, "exp": 1}, "sessions", 0)
+
+
+def test_a_token_living_longer_than_the_cap_is_refused() -> None:
+    day = 86_400.0
+    assert grant_of({"sub": "u", "iat": 0, "exp": day}, "s", 0, day).expires == day
+    with pytest.raises(InvalidToken, match="lifetime"):
+        grant_of({"sub": "u", "iat": 0, "exp": day + 1}, "s", 0, day)
+    # Without ``iat`` the lifetime left counts, from now.
+    assert grant_of({"sub": "u", "exp": 1000 + day}, "s", 0, day, now=1000).expires
+    with pytest.raises(InvalidToken, match="lifetime"):
+        grant_of({"sub": "u", "exp": 1001 + day}, "s", 0, day, now=1000)
+    with pytest.raises(InvalidToken, match="lifetime"):
+        grant_of({"sub": "u", "iat": 0, "exp": 10**400}, "s", 0, day)  # beyond any float
+    # 0: no cap (and an exp beyond any float still makes a finite expiry).
+    assert grant_of({"sub": "u", "iat": 0, "exp": 10**400}, "s", 0, 0).expires == 1e300
 
 
 # -- verification ----------------------------------------------------------------------
@@ -94,51 +131,51 @@ def _refused(verifier: Verifier, token: str) -> str:
 def test_asymmetric_tokens_verify(tmp_path: Path, alg: str) -> None:
     signer = Signer(alg)
     grant = _verify(_verifier(tmp_path, signer), signer.token(["team-a/"]))
-    assert grant.subject == "alice" and grant.prefixes == ("team-a/",)
+    assert grant.subject == "alice" and grant.sessions == ("team-a/",)
     assert grant.expires is not None and grant.expires > time.time() + 300
 
 
 def test_forgeries_and_stale_tokens_are_refused(tmp_path: Path) -> None:
     signer, stranger = Signer(), Signer()
     verifier = _verifier(tmp_path, signer, jwt_leeway=30)
-    assert "expired" in _refused(verifier, signer.token([""], expires_in=-60))
-    assert _verify(verifier, signer.token([""], expires_in=-10)).prefixes == ("",)  # leeway
-    assert "exp" in _refused(verifier, signer.token([""], expires_in=None))
-    assert "signature" in _refused(verifier, stranger.token([""]))  # a foreign key, same kid
-    assert "signature" in _refused(verifier, tampered(signer.token(["team-a/"]), sessions=[""]))
-    assert "'none'" in _refused(verifier, unsigned(claims([""])))
+    assert "expired" in _refused(verifier, signer.token(["*"], expires_in=-60))
+    assert _verify(verifier, signer.token(["*"], expires_in=-10)).sessions == ("*",)  # leeway
+    assert "exp" in _refused(verifier, signer.token(["*"], expires_in=None))
+    assert "signature" in _refused(verifier, stranger.token(["*"]))  # a foreign key, same kid
+    assert "signature" in _refused(verifier, tampered(signer.token(["team-a/*"]), sessions=["*"]))
+    assert "'none'" in _refused(verifier, unsigned(claims(["*"])))
     # The public key as an HMAC secret, in both of its usual spellings.
     for secret in (signer.pem(), orjson.dumps(signer.jwk())):
-        assert "'HS256'" in _refused(verifier, hmac_signed(secret, claims([""])))
+        assert "'HS256'" in _refused(verifier, hmac_signed(secret, claims(["*"])))
     assert "malformed" in _refused(verifier, "not.a.token")
-    assert "kid" in _refused(verifier, Signer(kid="k2").token([""]))
+    assert "kid" in _refused(verifier, Signer(kid="k2").token(["*"]))
 
 
 def test_audience_and_issuer_are_enforced_when_set(tmp_path: Path) -> None:
     signer = Signer()
     verifier = _verifier(tmp_path, signer, jwt_audience="ctx", jwt_issuer="https://idp")
-    good = signer.token([""], aud="ctx", iss="https://idp")
-    assert _verify(verifier, good).prefixes == ("",)
-    assert "audience" in _refused(verifier, signer.token([""], aud="other", iss="https://idp"))
-    assert "'aud'" in _refused(verifier, signer.token([""], iss="https://idp"))
-    assert "issuer" in _refused(verifier, signer.token([""], aud="ctx", iss="https://idp.evil"))
-    assert "'iss'" in _refused(verifier, signer.token([""], aud="ctx"))
+    good = signer.token(["*"], aud="ctx", iss="https://idp")
+    assert _verify(verifier, good).sessions == ("*",)
+    assert "audience" in _refused(verifier, signer.token(["*"], aud="other", iss="https://idp"))
+    assert "'aud'" in _refused(verifier, signer.token(["*"], iss="https://idp"))
+    assert "issuer" in _refused(verifier, signer.token(["*"], aud="ctx", iss="https://idp.evil"))
+    assert "'iss'" in _refused(verifier, signer.token(["*"], aud="ctx"))
     # Not configured: not checked.
     open_verifier = _verifier(tmp_path, signer)
-    assert _verify(open_verifier, signer.token([""], aud="anyone")).prefixes == ("",)
+    assert _verify(open_verifier, signer.token(["*"], aud="anyone")).sessions == ("*",)
 
 
 def test_the_kid_picks_the_key_and_a_key_without_kid_serves_any(tmp_path: Path) -> None:
     first, second = Signer(kid="one"), Signer("ES256", kid="two")
     verifier = _verifier(tmp_path, first, second)
-    assert _verify(verifier, first.token(["1"])).prefixes == ("1",)
-    assert _verify(verifier, second.token(["2"])).prefixes == ("2",)
+    assert _verify(verifier, first.token(["1"])).sessions == ("1",)
+    assert _verify(verifier, second.token(["2"])).sessions == ("2",)
     plain = Signer(kid=None)
     pem = tmp_path / "key.pem"
     pem.write_bytes(plain.pem())
     from_pem = Verifier(GatewayConfig(auth="jwt"), FileKeys(str(pem)))
-    assert _verify(from_pem, plain.token(["p"])).prefixes == ("p",)
-    assert "signature" in _refused(from_pem, Signer(kid="x").token([""]))
+    assert _verify(from_pem, plain.token(["p"])).sessions == ("p",)
+    assert "signature" in _refused(from_pem, Signer(kid="x").token(["*"]))
 
 
 # -- keys ------------------------------------------------------------------------------
@@ -169,28 +206,32 @@ def test_a_rewritten_key_file_rotates_the_keys(tmp_path: Path) -> None:
     path.write_bytes(jwks(old))
     keys = FileKeys(str(path))
     verifier = Verifier(GatewayConfig(auth="jwt"), keys)
-    assert _verify(verifier, old.token(["o"])).prefixes == ("o",)
+    assert _verify(verifier, old.token(["o"])).sessions == ("o",)
     assert "kid" in _refused(verifier, new.token(["n"]))
     staged = tmp_path / "jwks.json.new"
     staged.write_bytes(jwks(new))
     os.replace(staged, path)  # what a Secret update or `mv` does
-    assert _verify(verifier, new.token(["n"])).prefixes == ("n",)
+    assert _verify(verifier, new.token(["n"])).sessions == ("n",)
     assert "kid" in _refused(verifier, old.token(["o"]))
     # A broken rewrite keeps the last good keys.
     path.write_bytes(b"{half a file")
-    assert _verify(verifier, new.token(["n"])).prefixes == ("n",)
+    assert _verify(verifier, new.token(["n"])).sessions == ("n",)
     assert keys.loads == 2
 
 
 def test_a_jwks_url_is_fetched_again_only_for_an_unknown_kid_after_a_cooldown() -> None:
     signer, rotated = Signer(kid="a"), Signer(kid="b")
     served = [orjson.loads(jwks(signer))]
-    source = UrlKeys("https://idp.example/jwks", cooldown=0.2, fetch=lambda: served[-1])
+
+    async def fetch() -> object:
+        return served[-1]
+
+    source = UrlKeys("https://idp.example/jwks", cooldown=0.2, fetch=fetch)
     verifier = Verifier(GatewayConfig(auth="jwt"), source)
 
     async def go() -> None:
-        assert (await verifier.verify(signer.token(["a"]))).prefixes == ("a",)
-        assert (await verifier.verify(signer.token(["a"]))).prefixes == ("a",)
+        assert (await verifier.verify(signer.token(["a"]))).sessions == ("a",)
+        assert (await verifier.verify(signer.token(["a"]))).sessions == ("a",)
         assert source.fetches == 1  # cached
         served.append(orjson.loads(jwks(signer, rotated)))
         for _ in range(3):  # within the cooldown an unknown kid does not fetch
@@ -198,7 +239,7 @@ def test_a_jwks_url_is_fetched_again_only_for_an_unknown_kid_after_a_cooldown() 
                 await verifier.verify(rotated.token(["b"]))
         assert source.fetches == 1
         await asyncio.sleep(0.25)
-        assert (await verifier.verify(rotated.token(["b"]))).prefixes == ("b",)
+        assert (await verifier.verify(rotated.token(["b"]))).sessions == ("b",)
         assert source.fetches == 2
 
     asyncio.run(go())
