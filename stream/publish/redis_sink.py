@@ -1,6 +1,7 @@
 """Redis: the latest update per session, published on the session's channel, and totals.
 
-Two Lua scripts write atomically and only forward (keys in ``output.layout``):
+Lua functions of one Redis Functions library (``LIBRARY``, run with ``FCALL``) write
+atomically and only forward (keys in ``output.layout``):
 
 - a session update (``output.record.SessionUpdate``) is stored and published only if its
   version ``(gen, seq, n, v)`` is not older than the stored one (``n``: events the session
@@ -11,7 +12,7 @@ Two Lua scripts write atomically and only forward (keys in ``output.layout``):
   exact under redelivery, re-seeds and restarts, never double-counted.
 - a partition's dead-letter count is kept the same way.
 
-With ``REDIS_CLUSTER`` the same scripts run on the sharded layout (``output.layout``,
+With ``REDIS_CLUSTER`` the same functions run on the sharded layout (``output.layout``,
 note 014): a session's keys and its shard's totals share one hash slot, the channel
 messages go out with ``SPUBLISH`` (a sharded channel lives on its slot's master) to the
 session's channel and to its shard's feed, and a batch's pipeline is split by redis-py
@@ -22,10 +23,18 @@ retries), and so is a server that answers but refuses writes for a while — out
 (``OOM``: ``maxmemory`` reached under ``noeviction``), persistence failing (``MISCONF``),
 loading its dataset (``LOADING``), a replica or a failover (``READONLY``, ``MASTERDOWN``),
 a script running (``BUSY``). Everything else Redis answers with (bad password, WRONGTYPE on
-a foreign key, a script error) is permanent and must stop the worker loudly rather than
-loop.
+a foreign key, a script error, a library this user may not load) is permanent and must stop
+the worker loudly rather than loop.
+
+The library's name carries a hash of its code (``LIBRARY_NAME``), and so do its functions'
+names: a worker calls exactly the code it was built with, and during a rolling upgrade old
+and new workers each find their own version loaded side by side. Redis lacking it (first
+use, a restart that came back empty) answers "Function not found"; the sink then loads it
+(``FUNCTION LOAD REPLACE``, on every master of a cluster) as ``REDIS_LOADER_URL``'s user, or
+as its own when unset, and runs the batch again (note 005).
 """
 
+import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -203,6 +212,35 @@ SESSIONS_WRITE_SHARDED = _sharded(
 )
 SESSION_DROP_SHARDED = _sharded(SESSION_DROP, "KEYS[1]", "ARGV[6]", "ARGV[7]")
 
+# The scripts above as the callbacks of one function library, by function role.
+CALLBACKS = {
+    "sessions_write": SESSIONS_WRITE,
+    "sessions_write_sharded": SESSIONS_WRITE_SHARDED,
+    "session_drop": SESSION_DROP,
+    "session_drop_sharded": SESSION_DROP_SHARDED,
+    "retired_write": RETIRED_WRITE,
+    "dead_write": DEAD_WRITE,
+}
+
+
+def library(callbacks: dict[str, str]) -> tuple[str, str, dict[str, str]]:
+    """``(library name, FUNCTION LOAD code, function name by role)``: each script becomes a
+    ``function(KEYS, ARGV)`` registered under a name carrying the hash of all the code, as
+    does the library's (every one of them writes, so none is flagged ``no-writes``)."""
+    version = hashlib.sha256("\0".join(f"{k}\0{v}" for k, v in callbacks.items()).encode())
+    tag = version.hexdigest()[:12]
+    name = f"context_stream_{tag}"
+    functions = {role: f"cs_{tag}_{role}" for role in callbacks}
+    parts = [f"#!lua name={name}"]
+    for role, body in callbacks.items():
+        parts += [f"local function {role}(KEYS, ARGV)", body.strip("\n"), "end"]
+        parts.append(f"redis.register_function('{functions[role]}', {role})")
+    return name, "\n".join(parts) + "\n", functions
+
+
+LIBRARY_NAME, LIBRARY, FUNCTIONS = library(CALLBACKS)
+_NO_FUNCTION = "Function not found"  # Redis' answer to FCALL of a function it lacks
+
 # Error codes of replies that refuse writes for a while (the server is there, and will
 # take them again), and the kind of outage each one is. redis-py gives some their own
 # class; others (MISCONF, BUSY) arrive as a plain ResponseError with the code in front,
@@ -309,18 +347,24 @@ Client = aioredis.Redis | AsyncRedisCluster
 WRITE_CHUNK = 500
 
 
-def connect(settings: Settings, client_name: str = "stream-worker") -> Client:
+def connect(settings: Settings, client_name: str = "stream-worker", url: str = "") -> Client:
     """The asyncio client ``settings`` ask for: of one server, or (``REDIS_CLUSTER``) of a
-    cluster, ``REDIS_URL`` naming any of its nodes."""
+    cluster, ``REDIS_URL`` naming any of its nodes. ``url``: another user's URL instead (the
+    loader's), which carries its own credentials (``REDIS_USERNAME`` and ``REDIS_PASSWORD``
+    are the worker's)."""
     options = {
         "health_check_interval": 15,
         "socket_connect_timeout": 5,
         "client_name": client_name,
         **settings.redis_options(),
     }
+    if url:
+        options.pop("username", None)
+        options.pop("password", None)
+    target = url or settings.redis_url
     if settings.redis_cluster:
-        return AsyncRedisCluster.from_url(settings.redis_url, **options)
-    return aioredis.Redis.from_url(settings.redis_url, **options)
+        return AsyncRedisCluster.from_url(target, **options)
+    return aioredis.Redis.from_url(target, **options)
 
 
 class RedisSink:
@@ -330,21 +374,11 @@ class RedisSink:
         self.settings = settings
         self.layout = settings.redis_layout
         self.client: Client = client or connect(settings)
-        cluster = self.layout.cluster
-        self.session_script = self.client.register_script(
-            SESSIONS_WRITE_SHARDED if cluster else SESSIONS_WRITE
-        )
-        self.drop_script = self.client.register_script(
-            SESSION_DROP_SHARDED if cluster else SESSION_DROP
-        )
-        self.dead_script = self.client.register_script(DEAD_WRITE)
-        self.retired_script = self.client.register_script(RETIRED_WRITE)
-        self.scripts = (
-            self.session_script,
-            self.drop_script,
-            self.dead_script,
-            self.retired_script,
-        )
+        sharded = "_sharded" if self.layout.cluster else ""
+        self.session_function = FUNCTIONS[f"sessions_write{sharded}"]
+        self.drop_function = FUNCTIONS[f"session_drop{sharded}"]
+        self.dead_function = FUNCTIONS["dead_write"]
+        self.retired_function = FUNCTIONS["retired_write"]
 
     async def write(
         self,
@@ -365,7 +399,7 @@ class RedisSink:
         """
         layout = self.layout
         cluster = layout.cluster
-        calls: list[tuple[Any, list[Any], list[Any]]] = []  # (script, keys, args)
+        calls: list[tuple[str, list[Any], list[Any]]] = []  # (function, keys, args)
         # Per update: the call whose result answers for it, and where in that result
         # (-1: the result is the call's own, a drop's).
         positions: list[tuple[int, int]] = []
@@ -377,7 +411,7 @@ class RedisSink:
                 keys: list[Any] = list(layout.session_keys(u.session_id))
                 feed = [layout.feed_of(u.session_id)] if cluster else []
                 drop_args = [*u.replaces, u.session_id, expiry_message(u.session_id), *feed]
-                calls.append((self.drop_script, keys, drop_args))
+                calls.append((self.drop_function, keys, drop_args))
                 if u.gone:
                     positions[index] = (len(calls) - 1, -1)
                     continue
@@ -406,49 +440,79 @@ class RedisSink:
                         u.session_id,
                     ]
                     positions[index] = (len(calls), at)
-                calls.append((self.session_script, keys, args))
+                calls.append((self.session_function, keys, args))
         stats = layout.partition_stats_key
         for r in retired:
             field = f"{r.topic}:{r.partition}"
             tally = " ".join(map(str, r.tally))
             calls.append(
-                (self.retired_script, [layout.retired_key, stats], [field, r.gen, tally, r.expired])
+                (
+                    self.retired_function,
+                    [layout.retired_key, stats],
+                    [field, r.gen, tally, r.expired],
+                )
             )
         for d in dead:
             field = f"{d.topic}:{d.partition}"
-            calls.append((self.dead_script, [layout.dead_key, stats], [field, d.gen, d.count]))
+            calls.append((self.dead_function, [layout.dead_key, stats], [field, d.gen, d.count]))
         if not calls:
             return []
         try:
             try:
                 results = await self._execute(calls)
-            except rx.NoScriptError:
-                # Redis without the scripts (a restart, a failover to a replica, SCRIPT
-                # FLUSH: the script cache is neither persisted nor replicated): load them
-                # everywhere, run the batch again (every script is idempotent, and per
-                # slot the order is kept).
-                await self._load_scripts()
+            except rx.ResponseError as error:
+                if _NO_FUNCTION not in str(error):
+                    raise
+                # Redis without this library (first use, a restart that came back empty,
+                # FUNCTION FLUSH): load it, run the batch again (every function is
+                # idempotent, and per slot the order is kept).
+                await self._load_library()
                 results = await self._execute(calls)
+        except PermanentRedisError:
+            raise
         except Exception as error:
             if is_transient(error):
                 raise
             raise PermanentRedisError(f"Redis refused the write: {error}") from error
         return [int(results[call] if at < 0 else results[call][at]) for call, at in positions]
 
-    async def _execute(self, calls: list[tuple[Any, list[Any], list[Any]]]) -> list[Any]:
-        """One pipeline of ``EVALSHA`` calls (a cluster client splits it per master, sent
-        concurrently, each in order). Not redis-py's ``Script`` objects: a pipeline holding
-        them asks ``SCRIPT EXISTS`` first, a round trip per batch, and a cluster pipeline
-        refuses them; ``write`` loads the scripts on a NOSCRIPT instead."""
-        pipe = self.client.pipeline(transaction=False)
-        for script, keys, args in calls:
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    async def _execute(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
+        """One pipeline of ``FCALL``s (a cluster client splits it per master, sent
+        concurrently, each in order). In a cluster each call names its node (the master of
+        its first key's slot; every key of a call shares it): redis-py would otherwise ask
+        the server for an FCALL's keys (``COMMAND GETKEYS``), a round trip per call. A
+        MOVED call is sent again routed by redis-py itself."""
+        client = self.client
+        pipe = client.pipeline(transaction=False)
+        if isinstance(client, AsyncRedisCluster):
+            await client.initialize()  # the slot map; a no-op once known
+            for function, keys, args in calls:
+                node = client.get_node_from_key(keys[0])
+                pipe.execute_command("FCALL", function, len(keys), *keys, *args, target_nodes=node)
+        else:
+            for function, keys, args in calls:
+                pipe.execute_command("FCALL", function, len(keys), *keys, *args)
         return list(await pipe.execute(raise_on_error=True))
 
-    async def _load_scripts(self) -> None:
-        """``SCRIPT LOAD`` every script (a cluster client sends it to every master)."""
-        for script in self.scripts:
-            await self.client.script_load(script.script)
+    async def _load_library(self) -> None:
+        """``FUNCTION LOAD REPLACE`` the library (a cluster client sends it to every master) as
+        ``REDIS_LOADER_URL``'s user, or the sink's own when unset. Refused: permanent, with
+        what to change."""
+        loader_url = self.settings.redis_loader_url
+        loader = connect(self.settings, "stream-loader", loader_url) if loader_url else self.client
+        try:
+            await loader.function_load(LIBRARY, replace=True)
+        except rx.NoPermissionError as error:
+            who = "REDIS_LOADER_URL's user" if loader_url else "the worker's Redis user"
+            raise PermanentRedisError(
+                f"Redis lacks the function library {LIBRARY_NAME} and {who} may not load it"
+                f" ({error}): set REDIS_LOADER_URL to a user allowed +function|load, or load"
+                " it once as an admin: python -m stream.publish.redis_sink"
+                " | redis-cli -x FUNCTION LOAD REPLACE"
+            ) from error
+        finally:
+            if loader is not self.client:
+                await loader.aclose()
 
     async def ping(self) -> bool:
         try:
@@ -458,3 +522,8 @@ class RedisSink:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+if __name__ == "__main__":
+    # The library for an admin to load by hand: ... | redis-cli -x FUNCTION LOAD REPLACE
+    print(LIBRARY, end="")

@@ -1,15 +1,19 @@
 """The chart's Redis ACL rules (helm/context-stream/files/redis-acl.conf) on a real server.
 
-A private redis-server gets the two users with exactly the file's rules. The worker's
-real write path (``RedisSink``: the Lua scripts loaded and run, the partition markers)
-works as the worker user; the gateway's real reads (``RedisStore``, the ``Hub``'s pattern
-subscription, ``stream watch``'s channel subscription) work as the gateway user; and each
-is refused what it must not do: the gateway every write, both anything outside the prefix.
+A private redis-server gets the two users with exactly the file's rules, and the optional
+loader its commented line. The worker's real write path (``RedisSink``: its function
+library loaded by the loader and called, the partition markers) works as the worker user;
+the gateway's real reads (``RedisStore``, the ``Hub``'s pattern subscription, ``stream
+watch``'s channel subscription) work as the gateway user; and each is refused what it must
+not do: the gateway every write, both anything outside the prefix, the worker any Lua of
+its own (``EVAL``, ``SCRIPT LOAD``, ``FUNCTION LOAD``) and another database.
 """
 
 import asyncio
 import re
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +29,20 @@ from stream.gateway.sse import Frame
 from stream.gateway.store import RedisStore, connect
 from stream.output.record import SessionUpdate
 from stream.publish.publisher import Publisher
-from stream.publish.redis_sink import DeadCount, PermanentRedisError, RedisSink
+from stream.publish.redis_sink import (
+    FUNCTIONS,
+    LIBRARY_NAME,
+    DeadCount,
+    PermanentRedisError,
+    RedisSink,
+)
 from tests.integration.harness import RedisServer
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 ACL_FILE = REPO / "helm" / "context-stream" / "files" / "redis-acl.conf"
-WORKER, GATEWAY = "context-stream", "context-stream-gateway"
+WORKER, GATEWAY, LOADER = "context-stream", "context-stream-gateway", "context-stream-loader"
 PREFIX = "ctx:"  # the prefix the file is written for
 
 
@@ -44,6 +54,14 @@ def acl_rules() -> dict[str, list[str]]:
             _, name, *rules = line.split()
             users[name] = rules
     return users
+
+
+def loader_rules() -> list[str]:
+    """The optional loader's rules: the file's commented ``# user context-stream-loader``."""
+    (line,) = [
+        line for line in ACL_FILE.read_text().splitlines() if line.startswith(f"# user {LOADER} ")
+    ]
+    return line.split()[3:]
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,7 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclRedis]:
         created = AclRedis(server, {})
         for name, rules in acl_rules().items():
             created.setuser(name, rules)
+        created.setuser(LOADER, loader_rules())
         yield created
     finally:
         server.stop()
@@ -81,6 +100,7 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclRedis]:
 
 def _worker_settings(acl: AclRedis, **changes: Any) -> Settings:
     # The credentials in REDIS_URL, one of the two ways the worker takes them.
+    changes = {"redis_loader_url": acl.url(LOADER)} | changes
     return Settings(redis_url=acl.url(WORKER), redis_key_prefix=PREFIX, **changes)
 
 
@@ -114,11 +134,17 @@ def test_the_file_holds_both_users() -> None:
     for rules in users.values():
         assert rules[:4] == ["on", "resetkeys", "resetchannels", "-@all"], "deny by default"
         assert [r for r in rules if r[0] in "~&%"] == [f"~{PREFIX}*", f"&{PREFIX}session:*"]
+    scripting = [r for r in users[WORKER] if re.search(r"eval|script|function|fcall|@", r)]
+    assert scripting == ["-@all", "+fcall"], "the worker calls functions, nothing more"
+    assert not [r for r in (*users[WORKER], *users[GATEWAY]) if "select" in r]
+    loader = loader_rules()
+    assert loader[:4] == ["on", "resetkeys", "resetchannels", "-@all"]
+    assert not [r for r in loader if r[0] in "~&%"], "the loader touches no key or channel"
 
 
 def test_the_worker_writes_as_its_user(acl_redis: AclRedis) -> None:
     admin = acl_redis.client()
-    admin.script_flush()  # the sink must load its scripts itself (SCRIPT EXISTS, LOAD)
+    admin.function_flush()  # the sink must have its library loaded (by the loader user)
     settings = _worker_settings(acl_redis, redis_ttl_seconds=3600, input_topic="in")
     layout = settings.redis_layout
 
@@ -137,6 +163,7 @@ def test_the_worker_writes_as_its_user(acl_redis: AclRedis) -> None:
             await sink.close()
 
     asyncio.run(go())
+    assert [lib[1] for lib in admin.function_list()] == [LIBRARY_NAME.encode()]
     assert admin.hget(layout.session_key("w1"), "update") == _update("w1", 2).payload
     assert 0 < admin.ttl(layout.session_key("w1")) <= 3600
     assert admin.zrange(layout.recent_key, 0, -1) == [b"w2", b"w1"]
@@ -161,7 +188,7 @@ def test_every_command_in_the_worker_scripts_is_allowed(acl_redis: AclRedis) -> 
 
 
 def test_a_missing_script_command_stops_the_write(acl_redis: AclRedis) -> None:
-    """The check above is not idle: without one of the script's commands the sink's write
+    """The check above is not idle: without one of the functions' commands the sink's write
     fails permanently (the worker would stop), it does not silently skip the call."""
     rules = [r for r in acl_rules()[WORKER] if r != "+zremrangebyrank"]
     assert len(rules) == len(acl_rules()[WORKER]) - 1
@@ -169,7 +196,8 @@ def test_a_missing_script_command_stops_the_write(acl_redis: AclRedis) -> None:
     url = acl_redis.url("worker-without-zremrangebyrank")
 
     async def go() -> None:
-        sink = RedisSink(Settings(redis_url=url, redis_key_prefix=PREFIX))
+        loader = acl_redis.url(LOADER)
+        sink = RedisSink(Settings(redis_url=url, redis_key_prefix=PREFIX, redis_loader_url=loader))
         try:
             with pytest.raises(PermanentRedisError, match=r"can.t run this command"):
                 await sink.write([_update("m1", 1)], now_ms=1)
@@ -177,6 +205,57 @@ def test_a_missing_script_command_stops_the_write(acl_redis: AclRedis) -> None:
             await sink.close()
 
     asyncio.run(go())
+
+
+def test_without_a_loader_the_worker_stops_and_says_how_to_load(acl_redis: AclRedis) -> None:
+    """The worker's own user may not load its library: with no REDIS_LOADER_URL and no
+    library in Redis, the write fails permanently, naming both remedies; once an admin has
+    loaded it (the way the message says), the worker writes as its own user."""
+    admin = acl_redis.client()
+    admin.function_flush()
+    settings = _worker_settings(acl_redis, redis_loader_url="")
+
+    async def write() -> list[int]:
+        sink = RedisSink(settings)
+        try:
+            return await sink.write([_update("n1", 1)], now_ms=1)
+        finally:
+            await sink.close()
+
+    with pytest.raises(PermanentRedisError) as refused:
+        asyncio.run(write())
+    message = str(refused.value)
+    assert "the worker's Redis user may not load it" in message and "'function|load'" in message
+    assert "REDIS_LOADER_URL" in message and "FUNCTION LOAD REPLACE" in message
+    assert admin.function_list() == []
+    library = subprocess.run(
+        [sys.executable, "-m", "stream.publish.redis_sink"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    loaded = subprocess.run(
+        ["redis-cli", "-p", str(acl_redis.server.port), "-x", "FUNCTION", "LOAD", "REPLACE"],
+        input=library,
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    assert loaded.stdout.decode().strip() == LIBRARY_NAME
+    assert asyncio.run(write()) == [1]
+
+
+def test_the_loader_only_loads(acl_redis: AclRedis) -> None:
+    client = acl_redis.client(LOADER)
+    for command in [
+        ("FCALL", FUNCTIONS["dead_write"], "2", f"{PREFIX}dead", f"{PREFIX}stats", "f", "1", "1"),
+        ("EVAL", "return 1", "0"),
+        ("HGET", f"{PREFIX}session:x", "update"),
+        ("FUNCTION", "DELETE", LIBRARY_NAME),
+        ("SELECT", "1"),
+    ]:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.execute_command(*command)
 
 
 def test_the_gateway_reads_as_its_user(acl_redis: AclRedis) -> None:
@@ -232,6 +311,10 @@ REFUSED: list[tuple[str, ...]] = [
     ("EVAL", "return 1", "0"),
     ("EVALSHA", "0" * 40, "0"),
     ("SCRIPT", "LOAD", "return 1"),
+    ("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() end)"),
+    ("FCALL", FUNCTIONS["dead_write"], "2", f"{PREFIX}dead", f"{PREFIX}stats", "f", "1", "1"),
+    ("FCALL_RO", FUNCTIONS["dead_write"], "0"),
+    ("SELECT", "1"),
     ("FLUSHALL",),
     ("FLUSHDB",),
     ("CONFIG", "GET", "*"),
@@ -260,7 +343,23 @@ def test_the_gateway_is_refused(acl_redis: AclRedis, command: tuple[str, ...]) -
         ("HGET", "other:session:w1", "update"),
         ("PUBLISH", "other:session:w1", "{}"),
         ("PUBLISH", f"{PREFIX}recent", "{}"),
-        ("EVAL", "return 1", "0"),
+        # Lua of its own: the finding's `while true do end`, every way in (BUSY for all)
+        ("EVAL", "while true do end", "0"),
+        ("EVAL_RO", "while true do end", "0"),
+        ("EVALSHA", "0" * 40, "0"),
+        ("SCRIPT", "LOAD", "while true do end"),
+        ("SCRIPT", "KILL"),
+        ("SCRIPT", "FLUSH"),
+        (
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=spin\nredis.register_function('spin', function() while true do end end)",
+        ),
+        ("FUNCTION", "DELETE", LIBRARY_NAME),
+        ("FUNCTION", "FLUSH"),
+        ("FUNCTION", "KILL"),
+        ("FCALL_RO", FUNCTIONS["dead_write"], "0"),
+        ("SELECT", "1"),  # the prefix in another database
         ("FLUSHALL",),
         ("CONFIG", "SET", "maxmemory", "1"),
         ("KEYS", "*"),
@@ -274,3 +373,4 @@ def test_the_worker_is_refused(acl_redis: AclRedis, command: tuple[str, ...]) ->
     client = acl_redis.client(WORKER)
     with pytest.raises(redis.exceptions.NoPermissionError):
         client.execute_command(*command)
+    assert acl_redis.client().ping(), "nothing left running on the server"

@@ -16,7 +16,16 @@ from stream.config import Settings
 from stream.ops.metrics import Metrics
 from stream.output.record import SessionUpdate
 from stream.publish.publisher import Publisher
-from stream.publish.redis_sink import DeadCount, PermanentRedisError, RedisSink
+from stream.publish.redis_sink import (
+    CALLBACKS,
+    FUNCTIONS,
+    LIBRARY,
+    LIBRARY_NAME,
+    DeadCount,
+    PermanentRedisError,
+    RedisSink,
+    library,
+)
 from stream.session.batch import DeadLetter
 from tests.integration.harness import RedisServer
 
@@ -75,7 +84,15 @@ def test_a_write_never_replaces_a_newer_one(redis_url: str) -> None:
     assert _write(settings, _update(9, "zombie")) == [0]  # an older generation never wins
 
 
-def test_a_batch_is_one_evalsha_and_lost_scripts_are_loaded_again(redis_url: str) -> None:
+def _libraries(client: "redis.Redis") -> list[str]:
+    """The names of the function libraries Redis holds (RESP2: each a flat field list)."""
+    return [
+        dict(zip(lib[::2], lib[1::2], strict=True))[b"library_name"].decode()
+        for lib in client.function_list()
+    ]
+
+
+def test_a_batch_is_one_fcall_and_a_lost_library_is_loaded_again(redis_url: str) -> None:
     settings = _settings(redis_url)
     client = _client(settings)
 
@@ -86,19 +103,51 @@ def test_a_batch_is_one_evalsha_and_lost_scripts_are_loaded_again(redis_url: str
     async def go() -> None:
         sink = RedisSink(settings)
         try:
+            client.function_flush()  # a Redis without the library: the sink loads it
             assert await sink.write([_update(1, "a")], now_ms=1) == [1]
+            assert _libraries(client) == [LIBRARY_NAME]
             client.config_resetstat()
             assert await sink.write([_update(2, "b")], now_ms=2) == [1]
-            # no SCRIPT EXISTS ahead of the batch (redis-py's Script in a pipeline asks)
-            assert (calls("evalsha"), calls("script|exists"), calls("script|load")) == (1, 0, 0)
-            client.script_flush()  # a restart without the script cache, a failover
+            # one call, nothing asked or loaded ahead of the batch
+            assert (calls("fcall"), calls("function|list"), calls("function|load")) == (1, 0, 0)
+            client.function_flush()  # a restart that came back empty
             assert await sink.write([_update(3, "c")], now_ms=3) == [1]
-            assert calls("script|load") == len(sink.scripts)
+            assert (calls("fcall"), calls("function|load")) == (3, 1)  # refused, load, again
         finally:
             await sink.close()
 
     asyncio.run(go())
     assert _stored(settings)["marker"] == "c"
+
+
+def test_the_library_version_is_in_its_names() -> None:
+    """Another library text is another library: a worker never runs code it was not built
+    with, and two versions' functions coexist during a rolling upgrade."""
+    name, code, functions = library(CALLBACKS)
+    assert (name, code, functions) == (LIBRARY_NAME, LIBRARY, FUNCTIONS)
+    changed = dict(CALLBACKS, dead_write=CALLBACKS["dead_write"] + "\n-- changed\n")
+    other, _, other_functions = library(changed)
+    assert other != name and not set(other_functions.values()) & set(functions.values())
+    assert code.startswith(f"#!lua name={name}\n")
+    assert all(f"redis.register_function('{f}', " in code for f in functions.values())
+
+
+def test_a_library_this_user_may_not_load_stops_the_write(redis_url: str) -> None:
+    """A worker whose users may not load the library it lacks stops and says what to do."""
+    admin = redis.Redis.from_url(redis_url)
+    admin.acl_setuser(
+        "no-loader", enabled=True, passwords=["+pw"], commands=["+@all", "-function"], keys=["*"]
+    )
+    admin.function_flush()
+    host = redis_url.split("//", 1)[1]
+    settings = _settings(redis_url, redis_loader_url=f"redis://no-loader:pw@{host}")
+    try:
+        with pytest.raises(PermanentRedisError, match="REDIS_LOADER_URL's user may not load"):
+            _write(settings, _update(1, "a"))
+        assert _libraries(admin) == []
+        assert _write(_settings(redis_url), _update(1, "a")) == [1]  # its own user may
+    finally:
+        admin.acl_deluser("no-loader")
 
 
 def test_totals_are_the_sum_of_the_latest_tallies(redis_url: str) -> None:
