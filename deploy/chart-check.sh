@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Chart checks (what `make chart` runs): helm lint, then helm template over every value set
-# in helm/context-stream/ci/, each render validated by kubeconform -strict against
-# Kubernetes and prometheus-operator schemas; renders that must fail, fail; the rendered
-# alerts pass `promtool check rules` and the unit tests in tests/deploy/alerts.test.yaml.
+# in helm/context-stream/ci/*-values.yaml, each render validated by kubeconform -strict
+# against Kubernetes and prometheus-operator schemas; renders that must fail, fail (the
+# ci/*-refused.yaml value sets, each naming the reason it must give in a "# refused:"
+# line, and the --set cases below); the rendered alerts pass `promtool check rules` and
+# the unit tests in tests/deploy/alerts.test.yaml.
 #
 #   deploy/chart-check.sh            renders land in build/chart/
 #
@@ -186,6 +188,18 @@ refuse() {  # REASON-REGEX helm-set-args...
   if output=$(render refused "$@" 2>&1); then die "rendered although it must fail: $*"; fi
   grep -Eq "$reason" <<<"$output" || { echo "$output" >&2; die "failed for another reason than /$reason/: $*"; }
 }
+# The value sets in ci/ that must fail: by the schema, and by the template's own guard
+# when the schema is skipped ("# refused without the schema:").
+refused_files=0
+for values in "$CHART"/ci/*-refused.yaml; do
+  reason=$(sed -n 's/^# refused: //p' "$values")
+  [ -n "$reason" ] || die "$values names no '# refused: REASON' line"
+  refuse "$reason" -f "$values"
+  reason=$(sed -n 's/^# refused without the schema: //p' "$values")
+  [ -z "$reason" ] || refuse "$reason" --skip-schema-validation -f "$values"
+  refused_files=$((refused_files + 1))
+done
+[ "$refused_files" -ge 2 ] || die "expected at least 2 value sets in $CHART/ci/*-refused.yaml, found $refused_files"
 refuse "replicaCount" --set replicaCount=three
 refuse "securityProtocol" --set kafka.securityProtocol=SASL_TLS
 refuse "needs kafka.sasl.existingSecret" --set kafka.securityProtocol=SASL_SSL
@@ -198,16 +212,30 @@ gw=(--set gateway.enabled=true)
 refuse "gateway.auth.mode jwt needs the keys" "${gw[@]}"
 refuse "/gateway/auth/mode.*must be one of" "${gw[@]}" --set gateway.auth.mode=basic
 refuse "/gateway/auth/jwksUrl.*does not match" "${gw[@]}" --set gateway.auth.jwksUrl=http://auth.example.com/jwks.json
-refuse "not both" "${gw[@]}" --set gateway.auth.jwks.existingSecret=k,gateway.auth.jwks.existingConfigMap=k
-refuse "not both" "${gw[@]}" --set gateway.auth.jwks.existingSecret=k,gateway.auth.jwksUrl=https://a.example.com/k
+refuse "not both" "${gw[@]}" --set gateway.auth.audience=a \
+  --set gateway.auth.jwks.existingSecret=k,gateway.auth.jwks.existingConfigMap=k
+refuse "not both" "${gw[@]}" --set gateway.auth.audience=a \
+  --set gateway.auth.jwks.existingSecret=k,gateway.auth.jwksUrl=https://a.example.com/k
 refuse "checks no tokens" "${gw[@]}" --set gateway.auth.mode=none,gateway.auth.jwksUrl=https://a.example.com/k
 none=("${gw[@]}" --set gateway.auth.mode=none)
 refuse "own read-only user" "${none[@]}" --set redis.auth.existingSecret=r
 refuse "another Redis user" "${none[@]}" --set redis.auth.existingSecret=r,gateway.redis.auth.existingSecret=g
 refuse "gateway.redis.url carries a password" "${none[@]}" --set gateway.redis.url=redis://gw:pw@redis:6379/0
+# One ServiceAccount per workload: the gateway never runs as the workers' identity.
+refuse "share the ServiceAccount \"refused-context-stream\"" "${none[@]}" --set gateway.serviceAccount.name=refused-context-stream
+refuse "share the ServiceAccount \"default\"" "${none[@]}" \
+  --set serviceAccount.create=false,gateway.serviceAccount.create=false
+# NetworkPolicies: an emptied peer list is refused, never read as "any peer".
+refuse "networkPolicy.dns.to is empty" --set-json 'networkPolicy.dns.to=[]'
+refuse "networkPolicy.worker.kafkaTo is empty" --set-json 'networkPolicy.worker.kafkaTo=[]'
+refuse "networkPolicy.worker.redisTo is empty" --set networkPolicy.worker.redisTo=null
+refuse "networkPolicy.gateway.redisTo is empty" "${none[@]}" --set-json 'networkPolicy.gateway.redisTo=[]'
+refuse "networkPolicy.gateway.jwksTo is empty" "${gw[@]}" \
+  --set gateway.auth.jwksUrl=https://auth.example.com/jwks.json,gateway.auth.audience=a
+refuse "additional properties 'restrictEgress'" --set networkPolicy.worker.restrictEgress=false
 refuse "minReplicas 5 is above maxReplicas 2" "${none[@]}" \
   --set gateway.autoscaling.enabled=true,gateway.autoscaling.minReplicas=5,gateway.autoscaling.maxReplicas=2
 refuse "needs gateway.resources.requests.cpu" "${none[@]}" \
   --set gateway.autoscaling.enabled=true,gateway.resources.requests.cpu=null
 
-say "ok: helm lint; $count value sets rendered and valid (kubeconform -strict, Kubernetes $KUBE_VERSION); alerts of $rules pass promtool check and the alert unit tests; $refused bad value sets refused; renders in ${OUT#"$ROOT"/}"
+say "ok: helm lint; $count value sets rendered and valid (kubeconform -strict, Kubernetes $KUBE_VERSION); alerts of $rules pass promtool check and the alert unit tests; $refused bad value sets refused ($refused_files of them in ci/*-refused.yaml); renders in ${OUT#"$ROOT"/}"

@@ -13,6 +13,7 @@ are checked on `helm template` renders, with the helm that deploy/chart-check.sh
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import re
@@ -487,6 +488,10 @@ PASSTHROUGH = {
     "readiness",
     "accessModes",
     "metricsFrom",
+    "to",
+    "kafkaTo",
+    "redisTo",
+    "from",
 }
 
 
@@ -741,11 +746,182 @@ def test_the_network_policies_select_the_right_pods_and_ports() -> None:
     assert _egress_ports(gateway) == {(53, "UDP"), (53, "TCP"), (6380, "TCP")}
 
 
+VALUE_SETS = sorted(
+    p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml")
+)
+REFUSED = sorted((CHART / "ci").glob("*-refused.yaml"))
+
+
+def _source(values: str) -> dict[str, Any]:
+    """The ci value set's own values ({} for the chart's defaults)."""
+    if not values:
+        return {}
+    data = yaml.safe_load((CHART / "ci" / f"{values}-values.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
 @needs_helm
-def test_network_policies_are_off_by_default_and_worker_egress_open_unless_restricted() -> None:
-    assert _maybe(_render(""), "NetworkPolicy") == []
-    worker = _policy(_render("production"), "worker")
-    assert worker["policyTypes"] == ["Ingress"] and "egress" not in worker
+@pytest.mark.parametrize("values", ["", *VALUE_SETS])
+def test_network_policies_are_on_and_every_rule_names_its_peers(values: str) -> None:
+    """An empty "to"/"from" means any peer: no value set renders one, except the gateway's
+    ingress where the set says allowFromAnywhere."""
+    docs = _render(values)
+    worker = _policy(docs, "worker")
+    assert set(worker["policyTypes"]) == {"Ingress", "Egress"}
+    for rule in worker["egress"]:
+        assert rule["to"] and rule["ports"], rule
+    if not _maybe(docs, "Deployment"):
+        return
+    gateway = _policy(docs, "gateway")
+    for rule in gateway["egress"]:
+        assert rule["to"] and rule["ports"], rule
+    anywhere = _source(values).get("networkPolicy", {}).get("gateway", {}).get("allowFromAnywhere")
+    (ingress,) = gateway["ingress"]
+    assert bool(ingress.get("from")) is not bool(anywhere), ingress
+
+
+KUBE_DNS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+RELEASE_NAMESPACE: list[dict[str, Any]] = [{"podSelector": {}}]
+
+
+@needs_helm
+def test_by_default_the_workers_reach_only_dns_and_their_namespace_kafka_and_redis() -> None:
+    worker = _policy(_render(""), "worker")
+    assert _egress_ports(worker) == {(53, "UDP"), (53, "TCP"), (9092, "TCP"), (6379, "TCP")}
+    dns, kafka, redis = worker["egress"]
+    assert dns["to"] == [KUBE_DNS]
+    assert kafka["to"] == redis["to"] == RELEASE_NAMESPACE
+    assert {p["port"] for p in kafka["ports"]} == {9092}
+
+
+@needs_helm
+def test_by_default_the_gateway_takes_only_labelled_clients() -> None:
+    sets = ("gateway.enabled=true", "gateway.auth.mode=none")
+    gateway = _policy(_render("", *sets), "gateway")
+    (ingress,) = gateway["ingress"]
+    assert ingress["from"] == [
+        {"podSelector": {"matchLabels": {"context-stream-gateway-client": "true"}}}
+    ]
+    assert _egress_ports(gateway) == {(53, "UDP"), (53, "TCP"), (6379, "TCP")}
+    dns, redis = gateway["egress"]
+    assert (dns["to"], redis["to"]) == ([KUBE_DNS], RELEASE_NAMESPACE)
+    # "Anywhere" only when said, and then only on the HTTP port.
+    opened = _policy(_render("", *sets, "networkPolicy.gateway.allowFromAnywhere=true"), "gateway")
+    assert opened["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    assert opened["egress"] == gateway["egress"]
+
+
+@needs_helm
+def test_the_jwks_host_is_the_gateways_only_other_egress() -> None:
+    gateway = _policy(_render("gateway"), "gateway")
+    *_, jwks = gateway["egress"]
+    assert jwks == {
+        "to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+        "ports": [{"port": 443, "protocol": "TCP"}],
+    }
+    assert _egress_ports(gateway) == {(53, "UDP"), (53, "TCP"), (6379, "TCP"), (443, "TCP")}
+
+
+def _refusal(path: Path, *flags: str) -> str:
+    """The error of ``helm template`` with a value set that must not render."""
+    argv = [_helm() or "helm", "template", "r", str(CHART), "--namespace", NAMESPACE]
+    argv += ["--kube-version", "1.27.0", "-f", str(path), *flags]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode != 0, f"{path.name} rendered although it must fail"
+    return done.stderr
+
+
+@needs_helm
+@pytest.mark.parametrize("path", REFUSED, ids=lambda path: path.name)
+def test_the_refused_value_sets_fail_for_their_reason(path: Path) -> None:
+    reasons = dict(
+        re.findall(
+            r"^# (refused|refused without the schema|renders with): (.+)$",
+            path.read_text(),
+            flags=re.M,
+        )
+    )
+    assert re.search(reasons["refused"], _refusal(path)), _refusal(path)
+    assert re.search(
+        reasons["refused without the schema"], _refusal(path, "--skip-schema-validation")
+    )
+    # The same values with the one fix the reason asks for render: the refusal is that.
+    docs = _render_file(path, *reasons["renders with"].split())
+    assert _maybe(docs, "Deployment")
+
+
+@functools.cache
+def _render_file(path: Path, *sets: str) -> tuple[dict[str, Any], ...]:
+    argv = [_helm() or "helm", "template", "r", str(CHART), "--namespace", NAMESPACE]
+    argv += ["--kube-version", "1.27.0", "-f", str(path)]
+    for assignment in sets:
+        argv += ["--set", assignment]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+
+
+def test_there_are_refused_value_sets() -> None:
+    assert {p.name for p in REFUSED} >= {"no-audience-refused.yaml", "open-gateway-refused.yaml"}
+
+
+@needs_helm
+def test_each_workload_has_its_own_service_account_and_identity() -> None:
+    docs = _render("all")
+    source = _source("all")
+    accounts = {d["metadata"]["name"]: d for d in _maybe(docs, "ServiceAccount")}
+    worker = _pod(docs, "StatefulSet")["spec"]
+    gateway = _pod(docs, "Deployment")["spec"]
+    assert worker["serviceAccountName"] != gateway["serviceAccountName"]
+    assert {worker["serviceAccountName"], gateway["serviceAccountName"]} == set(accounts)
+    worker_sa = accounts[worker["serviceAccountName"]]
+    gateway_sa = accounts[gateway["serviceAccountName"]]
+    assert worker_sa["metadata"]["annotations"] == source["serviceAccount"]["annotations"]
+    assert (
+        gateway_sa["metadata"]["annotations"] == source["gateway"]["serviceAccount"]["annotations"]
+    )
+    assert set(worker_sa["metadata"]["annotations"].values()).isdisjoint(
+        gateway_sa["metadata"]["annotations"].values()
+    )
+    # Neither calls the Kubernetes API: no token, whichever ServiceAccount runs it.
+    for account in accounts.values():
+        assert account["automountServiceAccountToken"] is False
+    assert worker["automountServiceAccountToken"] is False
+    assert gateway["automountServiceAccountToken"] is False
+    # A workload identity for the workers alone stays theirs.
+    docs = _render("all", "gateway.serviceAccount.annotations=null")
+    name = _pod(docs, "Deployment")["spec"]["serviceAccountName"]
+    (alone,) = [d for d in _maybe(docs, "ServiceAccount") if d["metadata"]["name"] == name]
+    assert "annotations" not in alone["metadata"]
+
+
+def _resets(values: str, *sets: str) -> str:
+    return str(_environment(_render(values, *sets), "StatefulSet")["STREAM_RESETS"])
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_every_value_set_turns_resets_off(values: str) -> None:
+    assert _source(values)["stream"]["resets"] is False
+    assert _values()["stream"]["resets"] is False
+
+
+def test_the_resets_value_says_how_to_repair_and_what_is_honoured() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    above = reversed(lines[: lines.index("  resets: false")])
+    comment = " ".join(itertools.takewhile(lambda line: line.startswith("  #"), above))
+    assert "stream produce --reset" in comment and "stream.resets=true" in comment
+    assert "control topic" in comment
+
+
+@needs_helm
+@pytest.mark.parametrize("values", ["", *VALUE_SETS])
+def test_resets_reach_the_worker_off(values: str) -> None:
+    assert _resets(values) == "0"
+    assert _resets(values, "stream.resets=true") == "1"
 
 
 @needs_helm
@@ -759,14 +935,7 @@ def test_network_policies_are_off_by_default_and_worker_egress_open_unless_restr
     ],
 )
 def test_the_redis_egress_port_comes_from_the_url(url: str, port: int) -> None:
-    docs = _render(
-        "",
-        f"redis.url={url}",
-        "networkPolicy.enabled=true",
-        "networkPolicy.worker.restrictEgress=true",
-        "gateway.enabled=true",
-        "gateway.auth.mode=none",
-    )
+    docs = _render("", f"redis.url={url}", "gateway.enabled=true", "gateway.auth.mode=none")
     for component in ("worker", "gateway"):
         assert (port, "TCP") in _egress_ports(_policy(docs, component))
 

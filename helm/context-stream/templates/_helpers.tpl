@@ -57,11 +57,21 @@ app.kubernetes.io/component: gateway
 {{- printf "%s-gateway" (include "context-stream.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The workers' ServiceAccount. */}}
 {{- define "context-stream.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "context-stream.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
 {{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway's own ServiceAccount. */}}
+{{- define "context-stream.gatewayServiceAccountName" -}}
+{{- if .Values.gateway.serviceAccount.create }}
+{{- default (include "context-stream.gatewayName" .) .Values.gateway.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.gateway.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
@@ -121,6 +131,37 @@ Combinations that would only fail at run time fail the render instead.
 {{- if .Values.gateway.enabled }}
 {{- include "context-stream.validateGateway" . }}
 {{- end }}
+{{- if .Values.networkPolicy.enabled }}
+{{- include "context-stream.validateNetworkPolicy" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+An empty peer list in a NetworkPolicy rule means "any peer": the chart never lets an
+unset or emptied value open a port that way. "Anywhere" is said explicitly.
+*/}}
+{{- define "context-stream.validateNetworkPolicy" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $anywhere := "for anywhere on these ports list both {ipBlock: {cidr: 0.0.0.0/0}} and {namespaceSelector: {}}" }}
+{{- if not $np.dns.to }}
+{{- fail (printf "networkPolicy.dns.to is empty: name the cluster DNS (the default selects k8s-app: kube-dns in kube-system), or %s" $anywhere) }}
+{{- end }}
+{{- range $peers := list "kafkaTo" "redisTo" }}
+{{- if not (get $np.worker $peers) }}
+{{- fail (printf "networkPolicy.worker.%s is empty: name where the workers may connect (ipBlock CIDRs, namespaceSelector/podSelector), or %s" $peers $anywhere) }}
+{{- end }}
+{{- end }}
+{{- if .Values.gateway.enabled }}
+{{- if not (or $np.gateway.from $np.gateway.allowFromAnywhere) }}
+{{- fail "networkPolicy.gateway.from is empty: name who may reach the gateway (the Ingress controller's namespace, your UI backends), or set networkPolicy.gateway.allowFromAnywhere true" }}
+{{- end }}
+{{- if not $np.gateway.redisTo }}
+{{- fail (printf "networkPolicy.gateway.redisTo is empty: name where the gateway's Redis is, or %s" $anywhere) }}
+{{- end }}
+{{- if and .Values.gateway.auth.jwksUrl (not $np.gateway.jwksTo) }}
+{{- fail (printf "networkPolicy.gateway.jwksTo is empty but gateway.auth.jwksUrl is set: name where the key server is (an ipBlock of the identity provider), or %s" $anywhere) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -141,6 +182,10 @@ without keys to check tokens against unless authentication is turned off explici
 {{- if and $keyFile $gw.auth.jwksUrl }}
 {{- fail "gateway.auth: set the keys as a file (gateway.auth.jwks) or as a URL (gateway.auth.jwksUrl), not both" }}
 {{- end }}
+{{- /* values.schema.json says so too; this holds when the schema is skipped. */}}
+{{- if not (trim $gw.auth.audience) }}
+{{- fail "gateway.auth.audience is required with token keys: set the \"aud\" your issuer puts in tokens for this gateway, so that tokens issued for another service are refused" }}
+{{- end }}
 {{- else if or $keyFile $gw.auth.jwksUrl $gw.auth.audience $gw.auth.issuer }}
 {{- fail "gateway.auth.mode none checks no tokens: unset gateway.auth.jwks, jwksUrl, audience and issuer, or set gateway.auth.mode jwt" }}
 {{- end }}
@@ -149,6 +194,9 @@ without keys to check tokens against unless authentication is turned off explici
 {{- end }}
 {{- if and .Values.redis.auth.existingSecret (not $gw.redis.auth.existingSecret) }}
 {{- fail "redis.auth.existingSecret is set (Redis needs AUTH) but gateway.redis.auth.existingSecret is not: the gateway reads Redis as its own read-only user (docs/deploy.md, \"Redis users\")" }}
+{{- end }}
+{{- if eq (include "context-stream.gatewayServiceAccountName" .) (include "context-stream.serviceAccountName" .) }}
+{{- fail (printf "the gateway and the workers share the ServiceAccount %q: give gateway.serviceAccount.name another name (the workers' identity must not reach the internet-facing gateway)" (include "context-stream.serviceAccountName" .)) }}
 {{- end }}
 {{- if and $gw.redis.auth.existingSecret (eq $gw.redis.auth.username .Values.redis.auth.username) }}
 {{- fail "gateway.redis.auth.username must name another Redis user than redis.auth.username: the gateway's user is read-only (docs/deploy.md, \"Redis users\")" }}
