@@ -175,14 +175,22 @@ class Settings:
     redis_max_pending: int = 500_000
     redis_max_pending_bytes: int = 256 * 1024 * 1024
     max_message_bytes: int = 1_000_000
+    # A compressed record batch from the input is inflated up to this many bytes; past it
+    # its records are dead-lettered unread (stream.app.inflate). One fetch inflates at most
+    # this much per partition (plus the batch that crosses it).
+    max_inflated_bytes: int = 4_000_000
+    # Input handed to the agent and not yet in a batch, in bytes (beside the record count
+    # the queue holds): what bounds the worker's memory when every record is large.
+    max_buffered_bytes: int = 32 * 1024 * 1024
     max_event_bytes: int = 1_000_000  # one event of a segment, as compact JSON
     max_key_bytes: int = 1_024
     max_segment_events: int = 10_000
     max_error_chars: int = 500
     max_system_prompts: int = 1_000
-    # Reset records (`stream produce --reset`) taken from the input topic; off: any
-    # producer to the input topic cannot start a session over (docs/operations.md).
-    resets: bool = True
+    # Reset records (`stream produce --reset`) taken from the input topic, and then only for
+    # a generation claimed on the control topic; off (the default): no producer to the
+    # input topic can start a session over (docs/operations.md, "Resets").
+    resets: bool = False
     # s a partition's committed offset may stand still while records wait before the
     # worker reports it stalled (metric, /readyz).
     stall_seconds: float = 60.0
@@ -238,6 +246,7 @@ class Settings:
             error_chars=self.max_error_chars,
             dead_letter_bytes=min(self.max_message_bytes, 900_000),
             resets=self.resets,
+            reset_ceiling=self.generation,
             system_prompts=self.max_system_prompts,
             session_ttl=self.session_ttl_seconds * 1000,
         )
@@ -316,6 +325,12 @@ class Settings:
                 env, "STREAM_REDIS_MAX_PENDING_BYTES", cls.redis_max_pending_bytes, 1 << 20
             ),
             max_message_bytes=_int(env, "STREAM_MAX_MESSAGE_BYTES", cls.max_message_bytes, 1024),
+            max_inflated_bytes=_int(
+                env, "STREAM_MAX_INFLATED_BYTES", cls.max_inflated_bytes, 1 << 16
+            ),
+            max_buffered_bytes=_int(
+                env, "STREAM_MAX_BUFFERED_BYTES", cls.max_buffered_bytes, 1 << 20
+            ),
             max_event_bytes=_int(env, "STREAM_MAX_EVENT_BYTES", cls.max_event_bytes, 1024),
             max_key_bytes=_int(env, "STREAM_MAX_KEY_BYTES", cls.max_key_bytes, 1),
             max_segment_events=_int(env, "STREAM_MAX_SEGMENT_EVENTS", cls.max_segment_events, 1),

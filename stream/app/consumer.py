@@ -404,9 +404,11 @@ class BulkConsumer(faust_aiokafka.Consumer):
                     with ack_lock:  # what Message.incref holds, once per list
                         for message in messages:
                             message.refcount += references
+                    size = _size(messages)
                     for channel in raw:
                         channel.queue.put_nowait(messages)
                         channel.queue.bulk_events = _queued(channel.queue) + len(messages)
+                        channel.queue.bulk_bytes = _queued_bytes(channel.queue) + size
                     if len(raw) < len(channels) and not await self._decoded(
                         [c for c in channels if c not in raw], messages, epoch
                     ):
@@ -520,9 +522,19 @@ def _queued(queue: Any) -> int:
 
 
 def _bulk_full(queue: Any) -> bool:
-    """A raw channel's queue holds as many events as its size, or more."""
+    """A raw channel's queue holds as many events as its size, or as many bytes as the
+    transport's ``bulk_bytes`` (``batches`` puts that bound on it), or more."""
     size: int = queue.maxsize
-    return _queued(queue) >= size
+    return _queued(queue) >= size or _queued_bytes(queue) >= getattr(queue, "bulk_max", _NO_BOUND)
+
+
+_NO_BOUND = float("inf")
+
+
+def _size(messages: list[Any]) -> int:
+    """The bytes of input ``messages`` hold (what bounds the worker's memory, beside their
+    number: every value may be as large as the inflate bound allows)."""
+    return sum(m.serialized_value_size + m.serialized_key_size for m in messages)
 
 
 class Holes:
@@ -605,10 +617,16 @@ class BulkTransport(faust_aiokafka.Transport):
     Consumer = BulkConsumer
     Producer = BackoffProducer
     bulk_topics: frozenset[str] = frozenset()
+    bulk_bytes: int | None = None  # input bytes handed over and not yet in a batch (install)
     fetch_max_wait_ms: int | None = None
 
 
-def install(app: Any, topics: Iterable[str], fetch_max_wait: float | None = None) -> None:
+def install(
+    app: Any,
+    topics: Iterable[str],
+    fetch_max_wait: float | None = None,
+    max_buffered_bytes: int | None = None,
+) -> None:
     """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
     backoff clients, and aiokafka's repeated log lines rate-limited.
 
@@ -617,9 +635,13 @@ def install(app: Any, topics: Iterable[str], fetch_max_wait: float | None = None
     whose last records the drain loop has taken; when a busy worker has not taken them
     yet, the fetch holds only quiet partitions (Faust's leader topic, the changelogs) and
     every busy partition waits out its long poll: Faust's fixed 1.5 s put the live path
-    seconds behind at a fraction of its capacity (docs/notes/016)."""
+    seconds behind at a fraction of its capacity (docs/notes/016).
+
+    ``max_buffered_bytes``: the bytes of input handed over and not yet in a batch, on the
+    queue and waiting for a turn each (``batches``); None: only the record count bounds."""
     transport = BulkTransport(app.conf.broker_consumer, app)
     transport.bulk_topics = frozenset(topics)
+    transport.bulk_bytes = max_buffered_bytes
     if fetch_max_wait is not None:
         transport.fetch_max_wait_ms = max(1, round(fetch_max_wait * 1000))
     app.transport = transport
@@ -649,6 +671,8 @@ async def batches(
     queue = channel.queue
     consumer = app.consumer
     _keep_on_resume(queue)
+    bound = getattr(getattr(consumer, "transport", None), "bulk_bytes", None)
+    queue.bulk_max = bytes_max = _NO_BOUND if bound is None else bound
     track = consumer._unacked_messages.add
     flow_active = app.flow_control.is_active
     inbound = app.monitor.stream_inbound_time
@@ -670,7 +694,7 @@ async def batches(
         # What the queue holds joins, up to a batch: the rest stays on the queue, whose size
         # holds the hand-over back, so the events in hand are as many as without turns
         # (the collector's threshold counts on it: runtime.worker_young).
-        while waiting.events < max_ and not queue.empty():
+        while waiting.events < max_ and waiting.bytes < bytes_max and not queue.empty():
             waiting.add(_taken(queue, queue.get_nowait()))
         messages = waiting.take(max_, sessions)
         if not flow_active():
@@ -700,6 +724,7 @@ class Waiting:
     def __init__(self) -> None:
         self.parts: OrderedDict[Any, list[Any]] = OrderedDict()
         self.events = 0
+        self.bytes = 0  # ``_size`` of what waits
 
     def __bool__(self) -> bool:
         return self.events > 0
@@ -716,6 +741,7 @@ class Waiting:
         else:
             held.extend(messages)
         self.events += len(messages)
+        self.bytes += _size(messages)
 
     def take(self, max_: int, sessions: int = 0) -> list[Any]:
         """Up to ``max_`` messages, whole partitions longest waiting first; with
@@ -743,6 +769,7 @@ class Waiting:
             del parts[tp]
             out.extend(held)
         self.events -= len(out)
+        self.bytes = max(0, self.bytes - _size(out)) if self.parts else 0
         return out
 
 
@@ -790,7 +817,13 @@ def _taken(queue: Any, item: Any) -> list[Any]:
             f"batches takes lists of messages from a raw channel of bulk topics, not {item!r}"
         )
     queue.bulk_events = _queued(queue) - len(item)
+    queue.bulk_bytes = _queued_bytes(queue) - _size(item)
     return item
+
+
+def _queued_bytes(queue: Any) -> int:
+    """Bytes of input in a raw channel's queue (``_size`` of its lists)."""
+    return getattr(queue, "bulk_bytes", 0)
 
 
 def _keep_on_resume(queue: Any) -> None:

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import faust
 from faust.types import TP
 
 from stream import native
-from stream.app import consumer
+from stream.app import consumer, inflate
 from stream.app.producer import BatchSender, Outbox
 from stream.app.table import RAW, SessionTable
 from stream.config import Settings
@@ -34,7 +34,7 @@ from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
 from stream.runtime import tune_gc, worker_young
 from stream.session import codec
-from stream.session.batch import BatchResult, Counts, Message, fold_batch
+from stream.session.batch import BatchResult, Counts, Message, fold_batch, reset_generation
 from stream.session.expiry import Deadlines, sweep
 from stream.session.partition import PARTITION_KEY, PartitionRow
 
@@ -97,6 +97,14 @@ def _credentials(settings: Settings) -> Any:
     return None
 
 
+def _unread(m: Any) -> Message:
+    """A record batch the fetch could not inflate within bounds (``inflate.Unread``)."""
+    value: inflate.Unread = m.value
+    return Message(
+        m.key, bytes(value), m.topic, m.partition, m.offset, (), value.reason, value.records
+    )
+
+
 def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
     """Record headers as (name, value) pairs, whichever shape Faust hands them in."""
     if not raw:
@@ -127,8 +135,12 @@ class Worker:
         self.settings = settings
         self.partitions = partitions or settings.partitions
         self.app = app = faust_app(settings, self.partitions)
-        # The input topic's records reach the agent in bulk (stream.app.consumer).
-        consumer.install(app, [settings.input_topic], settings.fetch_max_wait)
+        # The input topic's records reach the agent in bulk (stream.app.consumer), inflated
+        # within bounds whatever a producer compressed (stream.app.inflate).
+        consumer.install(
+            app, [settings.input_topic], settings.fetch_max_wait, settings.max_buffered_bytes
+        )
+        inflate.install(inflate.Bounds(settings.max_inflated_bytes, settings.max_inflated_bytes))
         self.source = app.topic(settings.input_topic, partitions=self.partitions, **RAW)
         self.table = SessionTable(
             app, self.partitions, settings.rocksdb_write_buffer, settings.keep_records
@@ -212,8 +224,12 @@ class Worker:
         async with self.lock:
             messages = [
                 Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
+                if type(m.value) is not inflate.Unread
+                else _unread(m)
                 for m in batch
             ]
+            if self.limits.resets:
+                await self._claimed(messages)
             started = cpu()
             with stats.fold_seconds.time():
                 kept = self.table.kept.recall
@@ -485,6 +501,26 @@ class Worker:
             # rows of the partitions that moved here: republish them, guarded, so Redis
             # equals the table again. Partitions this worker kept need nothing.
             self.app.add_future(self.reseed(moved_in, "partitions assigned"))
+
+    async def _claimed(self, messages: list[Message]) -> None:
+        """Before a batch naming a reset generation above the highest claimed one this
+        worker knows: read the control topic to its end again. ``stream produce --reset``
+        writes its claim before its first reset record, so a claim that exists is seen;
+        a generation still above it was never claimed and the fold dead-letters it. A
+        producer that keeps naming unclaimed generations costs one control read per batch
+        that holds one (tens of milliseconds), never a session."""
+        wanted = max((reset_generation(m.headers) for m in messages if m.headers), default=0)
+        if wanted <= self.limits.reset_ceiling:
+            return
+        try:
+            found = await asyncio.to_thread(control.read_control_log, self.settings, 10.0)
+        except Exception as error:  # the broker is away: judged on what was read before
+            log.error("control topic not read for a reset: %s", error)
+            return
+        ceiling = found.control.worker_generation(self.settings.generation)
+        if ceiling > self.limits.reset_ceiling:
+            log.info("resets up to generation %d claimed on the control topic", ceiling)
+            self.limits = replace(self.limits, reset_ceiling=ceiling)
 
     async def watch_control(self) -> None:
         """Re-read the control topic: a record refused later is said loudly too."""

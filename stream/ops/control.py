@@ -86,6 +86,13 @@ class Control:
             return floor + 1
         if wanted <= floor:
             raise ControlError(f"generation {wanted} is not above {floor}, the one in use")
+        if wanted > floor + 1:
+            # Workers refuse a jump (choose_control): it would push every session past
+            # what a later rebuild or reset could reach.
+            raise ControlError(
+                f"generation {wanted} jumps: a generation moves one step at a time, the next"
+                f" is {floor + 1}"
+            )
         return wanted
 
     def after_rebuild(
@@ -160,16 +167,23 @@ class ControlRead:
     problems: tuple[str, ...] = ()
 
 
-def choose_control(records: Sequence[tuple[int, bytes | None, bytes | None]]) -> ControlRead:
+def choose_control(
+    records: Sequence[tuple[int, bytes | None, bytes | None]], configured: int = 0
+) -> ControlRead:
     """The control record in force among ``(offset, key, value)`` in topic order (pure).
 
-    Nothing but a readable record under the control key that moves neither the
-    generation nor the epoch backwards is taken: a garbage value, a tombstone or a
-    lower generation is refused with a reason, and the last good record stays in force.
-    The problems are those after the record in force: writing a good record again (any
-    `stream replay --new-generation`) supersedes what was refused before it.
+    Nothing but a readable record under the control key that moves the generation and the
+    epoch by at most one step is taken: a garbage value, a tombstone, a lower generation
+    or a jump (past one above the record in force, or above ``configured``, the
+    deployment's STREAM_GENERATION, for the generation) is refused with a reason, and the
+    last good record stays in force. The first record is taken as it is: compaction may
+    have removed the history before it (``prepare_state`` holds it to the state
+    directory's). The problems are those after the record in force: writing a good
+    record again (any `stream replay --new-generation`) supersedes what was refused
+    before it.
     """
     control = Control()
+    first = True
     problems: list[str] = []
     for offset, key, value in records:
         where = f"offset {offset}"
@@ -184,13 +198,18 @@ def choose_control(records: Sequence[tuple[int, bytes | None, bytes | None]]) ->
         except ValueError as error:
             problems.append(f"{where}: {error}"[:400])
             continue
+        moves = (
+            f"generation {control.generation} -> {candidate.generation},"
+            f" epoch {control.epoch} -> {candidate.epoch}"
+        )
         if candidate.generation < control.generation or candidate.epoch < control.epoch:
-            problems.append(
-                f"{where}: refused, it moves generation {control.generation} ->"
-                f" {candidate.generation}, epoch {control.epoch} -> {candidate.epoch} backwards"
-            )
+            problems.append(f"{where}: refused, it moves {moves} backwards")
             continue
-        control = candidate
+        step = max(control.generation, configured) + 1
+        if not first and (candidate.generation > step or candidate.epoch > control.epoch + 1):
+            problems.append(f"{where}: refused, it moves {moves}: more than one step")
+            continue
+        control, first = candidate, False
         problems.clear()
     return ControlRead(control, tuple(problems))
 
@@ -234,7 +253,7 @@ def read_control_log(settings: Settings, timeout: float = 20.0) -> ControlRead:
                 break
     finally:
         consumer.close()
-    return choose_control(records)
+    return choose_control(records, settings.generation)
 
 
 def read_control(settings: Settings, timeout: float = 20.0) -> Control:
@@ -487,6 +506,13 @@ def prepare_state(
         problems.append(
             f"generation {control.generation} is below {floor}, the one this state directory"
             f" last ran with: kept {floor}"
+        )
+        control = replace(control, generation=floor)
+    elif floor and control.generation > max(floor, settings.generation) + 1:
+        # The record in force jumped, and compaction left nothing before it to refuse it by.
+        problems.append(
+            f"generation {control.generation} jumps past {floor}, the one this state"
+            f" directory last ran with: kept {floor}"
         )
         control = replace(control, generation=floor)
     for problem in problems:

@@ -56,6 +56,9 @@ class Limits:
     error_chars: int = MAX_ERROR_CHARS
     dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
     resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
+    # The highest generation a reset may name: the highest claimed on the control topic
+    # (``stream produce --reset`` claims one before it sends); above it, dead-lettered.
+    reset_ceiling: int = 2**53 - 1
     system_prompts: int = MAX_SYSTEM_PROMPTS  # retained per session (contextBreakdown)
     session_ttl: int = 0  # ms of stream time a session may idle before it expires; 0: never
 
@@ -75,6 +78,10 @@ class Message:
     partition: int
     offset: int
     headers: Sequence[tuple[str, bytes | None]] = ()
+    # Why the transport could not read the record(s) it stands for (a compressed batch
+    # past the inflate bound: stream.app.inflate); ``value`` is then a bounded copy.
+    unread: str | None = None
+    records: int = 1  # input records this message stands for (an unread batch: several)
 
 
 # A control record, not an event: "start this session over under generation G". Sent by
@@ -86,6 +93,18 @@ RESET_HEADER: Final = "stream-reset"
 # written as plain decimal digits.
 MAX_GENERATION: Final = 2**53 - 1
 _GENERATION = re.compile(rb"[1-9][0-9]{0,15}")
+
+
+def reset_generation(headers: Sequence[tuple[str, bytes | None]]) -> int:
+    """The generation a record's reset header names; 0 when it names none (or none valid:
+    those are dead-lettered by the fold)."""
+    for name, raw in headers:
+        if name == RESET_HEADER:
+            if raw is None or _GENERATION.fullmatch(raw) is None:
+                return 0
+            generation = int(raw)
+            return generation if generation <= MAX_GENERATION else 0
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +267,8 @@ def _time(element: Any, item: Event | ChunkRun) -> int | None:
 
 def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], int | None]:
     """``decode``, and the latest integer event time among the message's events."""
+    if message.unread is not None:
+        return None, [_dead(message, limits, message.unread)], None
     value = message.value or b""
 
     key = message.key or b""
@@ -330,7 +351,15 @@ def _reset(
     if raw is None or _GENERATION.fullmatch(raw) is None or int(raw) > MAX_GENERATION:
         reason = f"{RESET_HEADER} needs a generation in 1..{MAX_GENERATION}, in digits"
         return None, [_dead(message, limits, reason)]
-    return session_id, [Reset(int(raw))]
+    generation = int(raw)
+    if generation > limits.reset_ceiling:
+        reason = (
+            f"{RESET_HEADER} names generation {generation}, never claimed on the control"
+            f" topic (the highest claimed is {limits.reset_ceiling}; `stream produce --reset`"
+            " claims one)"
+        )
+        return None, [_dead(message, limits, reason)]
+    return session_id, [Reset(generation)]
 
 
 def _dead(
@@ -453,7 +482,8 @@ class _Batch:
         letters = [item for item in items if type(item) is DeadLetter]
         self.events = len(items) - len(letters)
         if letters and not self.refolding:  # refolding: sent and accounted already
-            self.dead_letters(message, letters, 0 if again else None)
+            count = 0 if again else None if message.unread is None else message.records
+            self.dead_letters(message, letters, count)
         if session_id is None or not self.events:
             return
         key = session_id.encode()

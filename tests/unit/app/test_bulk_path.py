@@ -29,6 +29,8 @@ class FakeMessage:
     generation_id: int = 1
     acked: bool = False
     key: bytes = b""
+    serialized_key_size: int = 0
+    serialized_value_size: int = 100
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -100,6 +102,9 @@ def _put(queue: Any, messages: list[FakeMessage]) -> None:
     """What the hand-over does: a partition's records as one list, counted."""
     queue.put_nowait(messages)
     queue.bulk_events = getattr(queue, "bulk_events", 0) + len(messages)
+    queue.bulk_bytes = getattr(queue, "bulk_bytes", 0) + sum(
+        m.serialized_value_size for m in messages
+    )
 
 
 def test_a_batch_is_what_has_arrived_up_to_the_maximum() -> None:
@@ -324,6 +329,26 @@ def test_no_more_than_a_batch_leaves_the_queue_that_holds_the_hand_over_back() -
 
     # Two partitions (four messages, a batch's worth) left the queue; the batch took three.
     assert asyncio.run(run()) == (6, 3, [(0, 0), (0, 1), (1, 0)])
+
+
+def test_no_more_than_the_byte_bound_leaves_the_queue_and_a_full_one_holds_the_hand_over() -> None:
+    async def run() -> tuple[int, int, int, bool]:
+        app = FakeApp()
+
+        class Transport:
+            bulk_bytes = 1_000  # ten messages of 100 bytes
+
+        app.consumer.transport = Transport()  # type: ignore[attr-defined]
+        stream = FakeStream(app)
+        queue = stream.channel.queue
+        for partition in range(4):
+            _put(queue, [FakeMessage("in", partition, i) for i in range(6)])
+        batch = await anext(app_consumer.batches(stream, 100))
+        return len(batch), queue.bulk_events, queue.bulk_bytes, app_consumer._bulk_full(queue)
+
+    # Of 2,400 bytes, two lists (1,200 bytes) left the queue: the first that crossed the
+    # bound was the last; the 1,200 left still hold the hand-over back.
+    assert asyncio.run(run()) == (12, 12, 1_200, True)
 
 
 def test_waiting_messages_of_an_older_generation_are_dropped() -> None:

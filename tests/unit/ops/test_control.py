@@ -196,12 +196,24 @@ def test_a_bad_control_record_is_refused_loudly_and_the_good_one_stays_in_force(
     assert reason in problem
 
 
+def test_one_step_counts_from_the_configured_generation_too() -> None:
+    # A deployment that set STREAM_GENERATION=5 by hand rebuilds to 6 from a record at 1.
+    records = [(0, CONTROL_KEY, Control(1, 1).encode()), (1, CONTROL_KEY, Control(6, 2).encode())]
+    assert choose_control(records, configured=5).control == Control(6, 2)
+    assert choose_control(records).problems != ()
+
+
+def test_a_jump_compaction_left_alone_is_held_to_the_state_directory(tmp_path: Path) -> None:
+    assert _prepare(tmp_path, Control(generation=2, epoch=1)).generation == 2
+    assert _prepare(tmp_path, Control(generation=2**53 - 1, epoch=1)).generation == 2
+
+
 def test_a_good_record_after_a_refused_one_supersedes_the_problem() -> None:
-    later = Control(generation=5, epoch=1).encode()
+    later = Control(generation=4, epoch=1).encode()
     found = choose_control(
         [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, None), (2, CONTROL_KEY, later)]
     )
-    assert found.control.generation == 5 and found.problems == ()
+    assert found.control.generation == 4 and found.problems == ()
 
 
 def test_a_generation_below_what_the_state_directory_ran_with_is_kept_up(tmp_path: Path) -> None:
@@ -218,16 +230,20 @@ def test_a_generation_bump_moves_only_the_generation() -> None:
     bumped = plan_generation(current, 1)
     assert bumped == Control(generation=4, epoch=2, rebuild=((0, 5),), topic="events")
     assert plan_generation(current, 9) == Control(10, 2, ((0, 5),), "events")  # above the env's
-    assert plan_generation(current, 1, generation=12) == Control(12, 2, ((0, 5),), "events")
+    assert plan_generation(current, 1, generation=4) == Control(4, 2, ((0, 5),), "events")
     assert plan_generation(Control(generation=12), 1, generation=12) is None  # idempotent
     with pytest.raises(ControlError, match="not above 3"):
         plan_generation(current, 1, generation=3 - 1)
+    with pytest.raises(ControlError, match="one step at a time, the next is 4"):
+        plan_generation(current, 1, generation=12)
 
 
 def test_a_rebuild_can_name_its_generation() -> None:
     reset = plan_reset(OFFSETS, Earliest(), group="g", topic="events")
     changelog = [ChangelogPartition(0, 0, 12)]
-    planned = plan_rebuild(Control(generation=2), reset, changelog, 1, generation=9)
-    assert planned.next is not None and planned.next.generation == 9
+    planned = plan_rebuild(Control(generation=2), reset, changelog, 1, generation=3)
+    assert planned.next is not None and planned.next.generation == 3
+    with pytest.raises(ControlError, match="jumps"):
+        plan_rebuild(Control(generation=2), reset, changelog, 1, generation=9)
     with pytest.raises(ControlError):
         plan_rebuild(Control(generation=2), reset, changelog, 1, generation=2)

@@ -197,6 +197,49 @@ def test_the_largest_generation_is_taken_and_logged() -> None:
     assert result.sessions[0].gen == MAX_GENERATION
 
 
+def test_a_reset_above_the_highest_claimed_generation_is_dead_lettered_and_the_session_goes_on() -> (
+    None
+):
+    store = Store()
+    claimed = Limits(reset_ceiling=3)
+    user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(3)]
+    store.fold([Message(b"s", orjson.dumps(user[:2]), "events", 0, 0)], claimed)
+    forged = Message(b"s", b"", "events", 0, 1, [(RESET_HEADER, str(MAX_GENERATION).encode())])
+    result = store.fold([forged, Message(b"s", orjson.dumps(user[2]), "events", 0, 2)], claimed)
+    (letter,) = result.dead_letters
+    assert "never claimed on the control topic (the highest claimed is 3" in letter.reason
+    assert result.resets == []
+    (change,) = result.sessions
+    assert change.gen == 0 and change.update["seq"] == 2  # it kept folding, not frozen
+    assert result.counts.as_dict() == {
+        "folded": 1,
+        "duplicate": 0,
+        "faulted": 0,
+        "dead_lettered": 1,
+    }
+    # A claimed generation still applies.
+    repair = Message(b"s", b"", "events", 0, 3, [(RESET_HEADER, b"3")])
+    (note,) = store.fold([repair], claimed).resets
+    assert (note.gen, note.applied) == (3, True)
+
+
+def test_a_reset_header_names_its_generation_for_the_edge() -> None:
+    assert batch_module.reset_generation([(RESET_HEADER, b"12")]) == 12
+    assert batch_module.reset_generation([("other", b"12")]) == 0
+    assert batch_module.reset_generation([(RESET_HEADER, b"012")]) == 0
+    assert batch_module.reset_generation([(RESET_HEADER, str(2**53).encode())]) == 0
+
+
+def test_an_unread_batch_is_one_dead_letter_counting_its_records() -> None:
+    unread = Message(None, b"\x28\xb5", "events", 1, 9, (), "record batch not read", 3)
+    result = Store().fold([unread])
+    (letter,) = result.dead_letters
+    assert letter.reason == "record batch not read"
+    assert (letter.partition, letter.offset, letter.value) == (1, 9, b"\x28\xb5")
+    assert result.counts.dead_lettered == 3 and result.sessions == []
+    assert Store().fold([unread, unread]).counts.dead_lettered == 3  # redelivered: once
+
+
 def test_resets_can_be_refused() -> None:
     message = Message(b"s", b"", "events", 0, 0, [(RESET_HEADER, b"3")])
     (letter,) = Store().fold([message], Limits(resets=False)).dead_letters
