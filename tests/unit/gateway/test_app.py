@@ -1,6 +1,7 @@
 """The gateway's HTTP surface against an in-memory store and a hub fed by hand."""
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from aiohttp import ClientPayloadError, ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
 from stream.config import Settings
+from stream.gateway import app as gateway_app
 from stream.gateway.app import Options, _Writer, build_app
 from stream.gateway.auth import FileKeys, Verifier
 from stream.gateway.hub import Hub
@@ -552,3 +554,96 @@ def test_wildcard_cors_never_allows_credentials(verifier: Verifier, signer: Sign
         assert "Access-Control-Allow-Credentials" not in preflight.headers
 
     run(scenario, verifier=verifier, cors_origins=("*",))
+
+
+# -- grants through the routes, and tokens that are not tokens --------------------------
+def test_grants_mean_what_they_say_on_every_route(verifier: Verifier, signer: Signer) -> None:
+    ids = ("user-1", "user-10", "user-1x", "user-1/../admin", "user-1%2F..%2Fadmin", "admin")
+
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        for i, session_id in enumerate(ids):
+            store.put(session_id, update(session_id, 1), 100 + i)
+
+        async def status(path: str, entries: list[str]) -> int:
+            token = _bearer(signer.token(entries))
+            return (await client.get(path, headers=token)).status
+
+        async def listed(entries: list[str], prefix: str = "") -> list[str]:
+            token = _bearer(signer.token(entries))
+            body = await (await client.get(f"/sessions?prefix={prefix}", headers=token)).json()
+            return sorted(row["sessionId"] for row in body["sessions"])
+
+        one = ["user-1"]
+        assert await status("/sessions/user-1/context", one) == 200
+        # The route decodes the path once; the grant is checked on that id, and Redis is
+        # asked for that id only after the check passed: no spelling of another id reads.
+        for path in (
+            "/sessions/user-10/context",
+            "/sessions/user-1x/context",
+            "/sessions/user-1%2F..%2Fadmin/context",  # user-1/../admin
+            "/sessions/user-1%252F..%252Fadmin/context",  # user-1%2F..%2Fadmin
+            "/sessions/user-1/../admin/context",  # normalised to /sessions/admin/context
+            "/sessions/user-1%00/context",
+            "/sessions/user-1%20/context",
+            "/sessions/user-10/context/stream",
+        ):
+            assert await status(path, one) == 404, path
+        assert await status("/sessions/user%2D1/context", one) == 200  # the same id, spelt out
+        assert set(store.latest_reads) == {"user-1"}
+        assert await listed(one) == ["user-1"]
+        assert await listed(one, "user-1") == ["user-1"]
+        assert await listed(one, "user-10") == [] and store.listings == 2  # not even asked
+
+        assert await status("/sessions/user-10/context", ["user-1*"]) == 200
+        assert await status("/sessions/admin/context", ["user-1*"]) == 404
+        assert await listed(["user-1*"]) == sorted(i for i in ids if i.startswith("user-1"))
+
+        for path in ("/sessions/user-1/context", "/sessions/admin/context"):
+            assert await status(path, [""]) == 404
+            assert await status(path, ["*"]) == 200
+        assert await listed([""]) == []
+        assert await listed(["*"]) == sorted(ids)
+
+    run(scenario, verifier=verifier)
+
+
+def test_malformed_tokens_are_401_and_one_log_line_never_a_500(
+    verifier: Verifier,
+    signer: Signer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gateway_app, "_refusals", gateway_app._RefusalLog())  # a fresh second
+    now = int(time.time())
+    good = {"sub": "mallory", "iat": now, "exp": now + 60, "sessions": ["*"]}
+    header = {"alg": signer.alg, "kid": signer.kid}
+    forged = {
+        "alg as a list": signer.raw(header | {"alg": [signer.alg]}, good),
+        "alg as an object": signer.raw(header | {"alg": {"name": signer.alg}}, good),
+        "kid as a number": signer.raw(header | {"kid": 7}, good),
+        "an unknown crit": signer.raw(header | {"crit": ["x-acme"], "x-acme": 1}, good),
+        "crit not a list": signer.raw(header | {"crit": "exp"}, good),
+        "no sub": signer.raw(header, {k: v for k, v in good.items() if k != "sub"}),
+        "sub empty": signer.raw(header, good | {"sub": ""}),
+        "sub a number": signer.raw(header, good | {"sub": 1}),
+        "exp beyond a float": signer.raw(header, good | {"exp": 10**400}),
+        "exp NaN": signer.raw(header, good | {"exp": float("nan")}),
+        "lives a year": signer.raw(header, good | {"exp": now + 365 * 86_400}),
+        "a payload that is a list": signer.raw(header, [good]),
+    }
+
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        store.put("s", update("s", 1))
+        ok = await client.get("/sessions/s/context", headers=_bearer(signer.raw(header, good)))
+        assert ok.status == 200
+        for what, token in forged.items():
+            for path in ("/sessions/s/context", "/sessions/s/context/stream"):
+                refused = await client.get(path, headers=_bearer(token))
+                assert refused.status == 401, (what, path)
+                assert 'error="invalid_token"' in refused.headers["WWW-Authenticate"], what
+
+    with caplog.at_level(logging.DEBUG):
+        run(scenario, verifier=verifier)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    refusals = [r for r in caplog.records if "token refused" in r.getMessage()]
+    assert 1 <= len(refusals) <= 2  # at most one line a second (the run is shorter than 2 s)
