@@ -29,6 +29,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from stream.output.layout import RedisLayout, read_stats
+from stream.publish.redis_sink import LIBRARY_NAME
 from tests.integration.gateway_harness import Gateway
 from tests.integration.harness import (
     REPO,
@@ -108,10 +109,29 @@ class Cluster:
         )
         return int(master["port"]), int(replica["port"])
 
+    def masters(self) -> list[int]:
+        return [int(n["port"]) for n in self.nodes() if n["role"] == "master"]
+
     def flush(self) -> None:
-        for node in self.nodes():
-            if node["role"] == "master":
-                self.cli(int(node["port"]), "flushall")
+        """Every master empty, functions too (FLUSHALL keeps them; a restart without
+        persistence does not)."""
+        for port in self.masters():
+            self.cli(port, "flushall")
+            self.cli(port, "function", "flush")
+
+    def calls(self, command: str) -> int:
+        """How often the masters ran ``command`` since their last ``CONFIG RESETSTAT``."""
+        total = 0
+        for port in self.masters():
+            for line in self.cli(port, "info", "commandstats").splitlines():
+                if line.startswith(f"cmdstat_{command}:calls="):
+                    total += int(line.split("=", 1)[1].split(",", 1)[0])
+        return total
+
+    def libraries(self, port: int) -> list[str]:
+        """The function libraries a node holds."""
+        listed = self.cli(port, "function", "list").split()
+        return [listed[i + 1] for i, v in enumerate(listed) if v == "library_name"]
 
     def ok(self) -> bool:
         return all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.ports)
@@ -315,14 +335,21 @@ def test_the_worker_and_gateway_on_a_cluster_through_a_failover(
     shown = deployment.stream("watch", watched, "--json", "--seconds", "2").stdout
     assert orjson.loads(shown.splitlines()[-1])["seq"] == expected[watched]["seq"]
 
-    # The cluster loses everything: the worker's marker check re-seeds it, totals included.
+    # The cluster loses everything, its function library too: the worker loads the library
+    # on every master again and its marker check re-seeds, totals included; every FCALL
+    # goes to its slot's master without asking for its keys (COMMAND GETKEYS).
     before = _updates(client, layout, ids)
+    for port in cluster.masters():
+        assert cluster.libraries(port) == [LIBRARY_NAME], port
+        cluster.cli(port, "config", "resetstat")
     cluster.flush()
     wait_until(
         lambda: _accounted(client, layout) == total and _updates(client, layout, ids) == before,
         60,
         "the worker's re-seed",
     )
+    assert all(cluster.libraries(port) == [LIBRARY_NAME] for port in cluster.masters())
+    assert cluster.calls("fcall") > 0 and cluster.calls("command|getkeys") == 0
 
     # `stream republish` into a fresh prefix rebuilds the same sessions and totals.
     fresh = f"{deployment.name}-copy:"
