@@ -6,6 +6,12 @@ configuration that would serve every session to whoever reaches it: no keys and 
 non-loopback bind address, unless ``STREAM_GATEWAY_AUTH=none`` says so on purpose. Keys
 that cannot be read stop it the same way.
 
+Slow and greedy clients: a request's line and headers must arrive within
+``STREAM_GATEWAY_HEADER_TIMEOUT`` seconds of the connection opening (or of the previous
+answer on a kept-alive one), and a process holds at most
+``STREAM_GATEWAY_MAX_CONNECTIONS`` connections (``CappedSite``): one more is answered 503
+and closed before anything of it is read.
+
 Logs never hold a token: the access log writes the path without its query string
 (``?access_token=`` is how EventSource sends one), refused tokens are logged by reason.
 """
@@ -14,8 +20,10 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
+import time
 from typing import Any
 
 import aiohttp.web_response
@@ -78,6 +86,96 @@ class _NoRequestText(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nServer: " + SERVER.encode() + b"\r\n"
+    b"Content-Length: 0\r\nRetry-After: 5\r\nConnection: close\r\n\r\n"
+)
+
+
+class _Counted(asyncio.Protocol):
+    """Stands between a connection's transport and aiohttp's handler for it, so the site
+    knows how many connections are open; past the cap the handler never sees one."""
+
+    def __init__(self, site: "CappedSite", handler: asyncio.Protocol) -> None:
+        self.site = site
+        self.handler: asyncio.Protocol | None = handler
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Decided here rather than when the protocol is made: asyncio makes the protocols
+        # of a whole batch of accepted sockets before the first connection_made.
+        if not self.site.admit():
+            self.handler = None
+            if isinstance(transport, asyncio.WriteTransport):
+                transport.write(BUSY)
+            transport.close()  # after the write is flushed
+            return
+        assert self.handler is not None
+        self.handler.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.handler is not None:
+            self.site.open -= 1
+            self.handler.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.handler is not None:
+            self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None if self.handler is None else self.handler.eof_received()
+
+    def pause_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.resume_writing()
+
+
+class CappedSite(web.BaseSite):
+    """``web.TCPSite`` with a cap on open connections (0: none). aiohttp has no such
+    setting: its server makes a handler for every connection it accepts, so the count is
+    kept here, around the handler aiohttp makes, with asyncio's public protocol API."""
+
+    def __init__(
+        self, runner: web.BaseRunner, host: str, port: int, *, cap: int, backlog: int = 128
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self.host, self.port, self.cap = host, port, cap
+        self.open = 0
+        self.refused = 0
+        self._said = -float("inf")
+
+    @property
+    def name(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def admit(self) -> bool:
+        if self.cap and self.open >= self.cap:
+            self.refused += 1
+            now = time.monotonic()
+            if now - self._said >= 60:  # a flood must not flood the log
+                logging.getLogger(__name__).warning(
+                    "gateway: %d connections open (STREAM_GATEWAY_MAX_CONNECTIONS): refusing"
+                    " more (%d refused so far)",
+                    self.open,
+                    self.refused,
+                )
+                self._said = now
+            return False
+        self.open += 1
+        return True
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Counted(self, server()), self.host, self.port, backlog=self._backlog
+        )
 
 
 def listening_line(settings: Settings, host: str, port: int, auth: str | None = None) -> str:
@@ -146,6 +244,44 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def handler_options(config: GatewayConfig) -> dict[str, Any]:
+    """aiohttp's own knobs for each connection (``AppRunner``'s ``handler_args``)."""
+    return {
+        # A client that disconnects ends its SSE handler (and frees its subscription) at
+        # once instead of at its next write.
+        "handler_cancellation": True,
+        "access_log_class": PathAccessLogger,
+        "max_line_size": config.max_line_bytes,
+        "max_field_size": config.max_field_bytes,
+        # aiohttp has no separate header-read timeout, but its keep-alive timer is one:
+        # it starts when a connection opens and again after each answer, and closes the
+        # connection if no whole request (line and headers) has arrived when it fires,
+        # however many bytes of one have (a half-sent request), while it never touches a
+        # request being answered (an SSE stream). tests/unit/gateway/test_limits.py holds
+        # aiohttp to that.
+        "keepalive_timeout": config.header_timeout,
+    }
+
+
+def _fd_headroom(cap: int) -> None:
+    """Raise the open-file limit to what ``cap`` connections need, when the hard limit
+    allows; say so when it does not (accept() would fail below the cap)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = cap + 256  # Redis connections, the listening socket, files served
+    if not cap or soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < wanted:
+        logging.getLogger(__name__).warning(
+            "gateway: the open-file limit (%d) is below STREAM_GATEWAY_MAX_CONNECTIONS (%d)"
+            " + 256: connections past it fail to be accepted",
+            target,
+            cap,
+        )
+
+
 async def _serve(
     settings: Settings, config: GatewayConfig, bind: str, port: int, verifier: Any
 ) -> None:
@@ -153,19 +289,12 @@ async def _serve(
     # application's signals; without this they would name its version in Server.
     aiohttp.web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]
     app = build_app(settings, config, verifier=verifier)
-    # handler_cancellation: a client that disconnects ends its SSE handler (and frees its
-    # subscription) at once instead of at its next write.
-    runner = web.AppRunner(
-        app,
-        shutdown_timeout=5,
-        handler_cancellation=True,
-        access_log_class=PathAccessLogger,
-        max_line_size=config.max_line_bytes,
-        max_field_size=config.max_field_bytes,
-    )
+    _fd_headroom(config.max_connections)
+    runner = web.AppRunner(app, shutdown_timeout=5, **handler_options(config))
     await runner.setup()
     try:
-        site = web.TCPSite(runner, bind, port, backlog=1024)  # bursts of reconnecting clients
+        # backlog: bursts of reconnecting clients.
+        site = CappedSite(runner, bind, port, cap=config.max_connections, backlog=1024)
         await site.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -1,0 +1,139 @@
+"""Slow and greedy clients against the gateway's real server setup (``server.py``'s
+aiohttp options and ``CappedSite``) on a loopback port, with raw sockets: a half-sent
+request is closed within the header timeout, a stream outlives it, and the connection cap
+holds, also against a burst."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+
+from stream.config import Settings
+from stream.gateway.app import Options, build_app
+from stream.gateway.server import CappedSite, handler_options
+from tests.unit.gateway.fakes import FakeStore, hub, update
+
+REQUEST = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+
+@asynccontextmanager
+async def serving(**options: Any) -> AsyncIterator[tuple[CappedSite, int]]:
+    store = FakeStore()
+    store.put("s", update("s", 1))
+    fan = hub(store)
+    fan.ready.set()  # the subscription is not started in these tests: say it is live
+    config = Options(**options)
+    app = build_app(Settings(redis_key_prefix="t:"), config, store=store, hub=fan)
+    runner = web.AppRunner(app, shutdown_timeout=1, **handler_options(config))
+    await runner.setup()
+    site = CappedSite(runner, "127.0.0.1", 0, cap=config.max_connections)
+    await site.start()
+    try:
+        yield site, runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+async def _closed_after(reader: asyncio.StreamReader, limit: float) -> tuple[bytes, float]:
+    """What the server sent until it closed the connection, and how long that took."""
+    started = time.monotonic()
+    async with asyncio.timeout(limit):
+        data = await reader.read()  # to EOF
+    return data, time.monotonic() - started
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(scenario())
+
+
+def test_a_half_sent_request_is_closed_within_the_header_timeout() -> None:
+    async def scenario() -> None:
+        async with serving(header_timeout=0.5) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: local")  # and never the rest
+            data, waited = await _closed_after(reader, 5)
+            assert data == b"" and 0.3 < waited < 2.0, waited
+            # Nothing at all sent: the same.
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            assert (await _closed_after(reader, 5))[1] < 2.0
+            # A kept-alive connection: answered, then its next half request is closed too.
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(REQUEST)
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            writer.write(b"GET /heal")
+            data, waited = await _closed_after(reader, 5)
+            assert waited < 2.0, waited
+            # Trickling bytes does not keep it open: the timer is not reset by data.
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            started = time.monotonic()
+            for byte in REQUEST[:-2]:
+                if reader.at_eof() or writer.is_closing():
+                    break
+                writer.write(bytes([byte]))
+                await asyncio.sleep(0.02)
+                if time.monotonic() - started > 3:
+                    break
+            await _closed_after(reader, 5)
+            assert time.monotonic() - started < 2.0
+
+    run(scenario)
+
+
+def test_a_stream_outlives_the_header_timeout() -> None:
+    async def scenario() -> None:
+        async with serving(header_timeout=0.3, heartbeat=0.1) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /sessions/s/context/stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            started, got = time.monotonic(), b""
+            while time.monotonic() - started < 1.5:  # five header timeouts
+                async with asyncio.timeout(1):
+                    chunk = await reader.read(4096)
+                assert chunk, "the stream was closed"
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200") and got.count(b": heartbeat") >= 5
+            writer.close()
+
+    run(scenario)
+
+
+def test_the_connection_cap_holds() -> None:
+    async def scenario() -> None:
+        async with serving(max_connections=5, header_timeout=30) as (site, port):
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(5)]
+            await asyncio.sleep(0.1)
+            assert site.open == 5
+            reader, _ = await asyncio.open_connection("127.0.0.1", port)
+            data, _ = await _closed_after(reader, 5)
+            assert data.startswith(b"HTTP/1.1 503") and b"Retry-After: 5" in data
+            # The five admitted are served.
+            for reader, writer in held[:2]:
+                writer.write(REQUEST)
+                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            # One closes: its place is free again.
+            held[0][1].close()
+            await _until(lambda: site.open == 4)
+            fresh = await asyncio.open_connection("127.0.0.1", port)
+            fresh[1].write(REQUEST)
+            assert (await fresh[0].readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            # A burst accepted in one go (asyncio makes all its protocols first): the cap
+            # is still exact.
+            burst = await asyncio.gather(
+                *(asyncio.open_connection("127.0.0.1", port) for _ in range(40))
+            )
+            answers = await asyncio.gather(*(_closed_after(r, 5) for r, _ in burst))
+            assert all(data.startswith(b"HTTP/1.1 503") for data, _ in answers)
+            assert site.open == 5 and site.refused == 41
+            for _, writer in (*held, *burst, fresh):
+                writer.close()
+            await _until(lambda: site.open == 0)
+
+    run(scenario)
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
