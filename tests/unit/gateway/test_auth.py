@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives import serialization
 
 from stream.gateway.auth import (
@@ -241,5 +243,63 @@ def test_a_jwks_url_is_fetched_again_only_for_an_unknown_kid_after_a_cooldown() 
         await asyncio.sleep(0.25)
         assert (await verifier.verify(rotated.token(["b"]))).sessions == ("b",)
         assert source.fetches == 2
+
+    asyncio.run(go())
+
+
+def test_every_jwks_fetch_failure_keeps_the_last_keys_and_waits_the_cooldown() -> None:
+    """A real HTTP server on a loopback port answers each fetch its own way."""
+    signer = Signer(kid="a")
+    good = jwks(signer)
+    answers: list[str] = []
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        how = answers.pop(0)
+        if how == "huge":  # a body past the bound, sent without a length
+            response = web.StreamResponse()
+            await response.prepare(request)
+            for _ in range(40):
+                await response.write(b" " * 10_000)
+            return response
+        if how == "cut":  # a length promised, the connection dropped halfway
+            response = web.StreamResponse(headers={"Content-Length": str(len(good))})
+            await response.prepare(request)
+            await response.write(good[:20])
+            assert request.transport is not None
+            request.transport.abort()
+            return response
+        if how == "slow":
+            await asyncio.sleep(2)
+        if how == "redirect":
+            raise web.HTTPFound("https://elsewhere.example/jwks")
+        bodies = {"bad json": b"{not json", "not a jwks": b"[1, 2]", "error": b""}
+        status = 500 if how == "error" else 200
+        return web.Response(body=bodies.get(how, good), status=status)
+
+    async def go() -> None:
+        app = web.Application()
+        app.router.add_get("/jwks", serve)
+        async with TestServer(app) as server:
+            url = str(server.make_url("/jwks"))
+            source = UrlKeys(url, cooldown=0.3, timeout=0.5)
+            stranger = Signer(kid="unknown").token(["a"])
+            verifier = Verifier(GatewayConfig(auth="jwt"), source)
+            answers.append("ok")
+            assert (await verifier.verify(signer.token(["a"]))).sessions == ("a",)
+            failures = ["huge", "cut", "slow", "bad json", "not a jwks", "error", "redirect"]
+            for how in failures:
+                answers.append(how)
+                await asyncio.sleep(0.35)  # past the cooldown: an unknown kid fetches
+                with pytest.raises(InvalidToken, match="kid"):
+                    await verifier.verify(stranger)
+                assert source.failures == failures.index(how) + 1, how
+                # The last good keys still verify, and within the cooldown nothing fetches.
+                fetches = source.fetches
+                for _ in range(3):
+                    with pytest.raises(InvalidToken):
+                        await verifier.verify(stranger)
+                assert (await verifier.verify(signer.token(["a"]))).sessions == ("a",)
+                assert source.fetches == fetches
+            assert not answers
 
     asyncio.run(go())
