@@ -16,16 +16,7 @@ from stream.config import Settings
 from stream.ops.metrics import Metrics
 from stream.output.record import SessionUpdate
 from stream.publish.publisher import Publisher
-from stream.publish.redis_sink import (
-    CALLBACKS,
-    FUNCTIONS,
-    LIBRARY,
-    LIBRARY_NAME,
-    DeadCount,
-    PermanentRedisError,
-    RedisSink,
-    library,
-)
+from stream.publish.redis_sink import LIBRARY_NAME, DeadCount, PermanentRedisError, RedisSink
 from stream.session.batch import DeadLetter
 from tests.integration.harness import RedisServer
 
@@ -118,18 +109,6 @@ def test_a_batch_is_one_fcall_and_a_lost_library_is_loaded_again(redis_url: str)
 
     asyncio.run(go())
     assert _stored(settings)["marker"] == "c"
-
-
-def test_the_library_version_is_in_its_names() -> None:
-    """Another library text is another library: a worker never runs code it was not built
-    with, and two versions' functions coexist during a rolling upgrade."""
-    name, code, functions = library(CALLBACKS)
-    assert (name, code, functions) == (LIBRARY_NAME, LIBRARY, FUNCTIONS)
-    changed = dict(CALLBACKS, dead_write=CALLBACKS["dead_write"] + "\n-- changed\n")
-    other, _, other_functions = library(changed)
-    assert other != name and not set(other_functions.values()) & set(functions.values())
-    assert code.startswith(f"#!lua name={name}\n")
-    assert all(f"redis.register_function('{f}', " in code for f in functions.values())
 
 
 def test_a_library_this_user_may_not_load_stops_the_write(redis_url: str) -> None:

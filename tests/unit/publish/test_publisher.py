@@ -426,7 +426,7 @@ def reply(text: str) -> rx.RedisError:
 
 def in_pipeline(error: rx.RedisError, *args: object) -> rx.RedisError:
     """The same error as a pipeline raises it: redis-py quotes the command in front."""
-    Pipeline.annotate_exception(cast(Any, None), error, 1, ("EVALSHA", "f00", 4, *args))
+    Pipeline.annotate_exception(cast(Any, None), error, 1, ("FCALL", "cs_00_write", 4, *args))
     return error
 
 
@@ -454,6 +454,13 @@ def in_pipeline(error: rx.RedisError, *args: object) -> rx.RedisError:
             lambda: reply("BUSY Redis is busy running a script. You can only call SCRIPT KILL"),
             "busy",
         ),
+        (
+            lambda: reply(
+                "BUSY Redis is busy running a script. You can only call FUNCTION KILL or"
+                " SHUTDOWN NOSAVE."
+            ),
+            "busy",
+        ),
         (lambda: reply("CLUSTERDOWN The cluster is down"), "cluster"),
         (lambda: rx.ConnectionError("Error 111 connecting to 127.0.0.1:6379"), "connection"),
         (lambda: ConnectionResetError("reset by peer"), "connection"),
@@ -471,6 +478,7 @@ def in_pipeline(error: rx.RedisError, *args: object) -> rx.RedisError:
         "masterdown",
         "readonly",
         "busy",
+        "busy-function",
         "clusterdown",
         "connection",
         "os-error",
@@ -496,6 +504,11 @@ def test_refusals_that_end_by_themselves_are_transient(
         lambda: reply("WRONGPASS invalid username-password pair or user is disabled."),
         lambda: reply("NOAUTH Authentication required."),
         lambda: reply("NOPERM this user has no permissions to run the 'evalsha' command"),
+        lambda: reply("NOPERM this user has no permissions to run the 'function|load' command"),
+        lambda: reply("ERR Function not found"),  # still, after the sink loaded its library
+        lambda: reply(
+            "ERR user_function:3: attempt to compare nil script: cs_00_write, on @user_function:3."
+        ),
         lambda: reply(
             "ERR Error running script (call to f_00): @user_script:3: attempt to compare nil"
         ),
@@ -510,6 +523,9 @@ def test_refusals_that_end_by_themselves_are_transient(
         "wrongpass",
         "noauth",
         "noperm",
+        "noperm-function-load",
+        "function-not-found",
+        "function-error",
         "script-error",
         "noscript",
         "auth",
@@ -887,6 +903,23 @@ def test_the_sharded_scripts_publish_with_spublish_on_the_session_and_its_feed()
         assert sharded.count(f"redis.call('SPUBLISH', {feed},") == 1
     # The sharded batch reads its updates after the feed argument.
     assert "local a = (i - 4) * 3 + 3" in redis_sink.SESSIONS_WRITE_SHARDED
+
+
+def test_the_library_version_is_in_its_names() -> None:
+    """Another library text is another library: a worker never runs code it was not built
+    with, and two versions' functions coexist during a rolling upgrade."""
+    from stream.publish.redis_sink import CALLBACKS, FUNCTIONS, LIBRARY, LIBRARY_NAME, library
+
+    name, code, functions = library(CALLBACKS)
+    assert (name, code, functions) == (LIBRARY_NAME, LIBRARY, FUNCTIONS)
+    changed = dict(CALLBACKS, dead_write=CALLBACKS["dead_write"] + "\n-- changed\n")
+    other, _, other_functions = library(changed)
+    assert other != name and not set(other_functions.values()) & set(functions.values())
+    assert code.startswith(f"#!lua name={name}\n")
+    assert all(f"redis.register_function('{f}', " in code for f in functions.values())
+    # every script is a function (the sharded ones for a cluster), each registered once
+    assert set(functions) == set(CALLBACKS) and code.count("redis.register_function(") == 6
+    assert all(body.strip("\n") in code for body in CALLBACKS.values())
 
 
 def test_cluster_errors_are_transient_and_crossslot_is_not() -> None:
