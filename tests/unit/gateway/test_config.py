@@ -19,6 +19,8 @@ def test_defaults_are_the_loopback_gateway_without_authentication() -> None:
     assert config.allowed_hosts == ("localhost", "127.0.0.1", "[::1]")
     assert config.jwt_claim == "sessions" and config.jwt_leeway == 30.0
     assert (config.max_streams_per_subject, config.max_streams_per_address) == (64, 512)
+    assert 0 < config.header_timeout <= 30 and config.max_connections == 4096
+    assert config.jwt_max_lifetime == 86_400
 
 
 def test_keys_turn_authentication_on() -> None:
@@ -34,6 +36,9 @@ def test_keys_turn_authentication_on() -> None:
         "STREAM_GATEWAY_STREAM_IDLE_SECONDS": "7.5",
         "STREAM_GATEWAY_LIST_SCAN": "200",
         "STREAM_GATEWAY_MAX_QUERY_BYTES": "4096",
+        "STREAM_GATEWAY_HEADER_TIMEOUT": "2.5",
+        "STREAM_GATEWAY_MAX_CONNECTIONS": "100",
+        "STREAM_GATEWAY_JWT_MAX_LIFETIME": "3600",
     }
     config = GatewayConfig.from_env(SETTINGS, env)
     assert config.auth_on and config.jwt_keys == "/keys/jwks.json"
@@ -45,6 +50,11 @@ def test_keys_turn_authentication_on() -> None:
         7.5,
         200,
         4096,
+    )
+    assert (config.header_timeout, config.max_connections, config.jwt_max_lifetime) == (
+        2.5,
+        100,
+        3600.0,
     )
     off = GatewayConfig.from_env(SETTINGS, env | {"STREAM_GATEWAY_AUTH": "none"})
     assert not off.auth_on and off.auth_explicit
@@ -60,6 +70,10 @@ def test_keys_turn_authentication_on() -> None:
         ({"STREAM_GATEWAY_JWT_LEEWAY": "nan"}, "at least 0"),
         ({"STREAM_GATEWAY_MAX_STREAMS_PER_SUBJECT": "x"}, "integer"),
         ({"STREAM_GATEWAY_LIST_SCAN": "0"}, "at least 1"),
+        ({"STREAM_GATEWAY_HEADER_TIMEOUT": "0"}, "at least 0.1"),  # 0 would mean never
+        ({"STREAM_GATEWAY_HEADER_TIMEOUT": "inf"}, "at least 0.1"),
+        ({"STREAM_GATEWAY_MAX_CONNECTIONS": "-1"}, "at least 0"),
+        ({"STREAM_GATEWAY_JWT_MAX_LIFETIME": "a day"}, "seconds"),
     ],
 )
 def test_bad_settings_are_configuration_errors(env: dict[str, str], message: str) -> None:
