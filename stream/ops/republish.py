@@ -4,7 +4,7 @@ The output topic holds every session's latest update (compacted, key = session i
 the generation, the session's tally and the view version in its headers (read back by
 ``output.record.SessionUpdate.from_kafka``), so Redis — a cache of that topic — can be
 rebuilt from it at any time: a new Redis, a changed key prefix, an evicted cache.
-Writes go through the worker's guarded script, so nothing older overwrites anything newer
+Writes go through the worker's guarded function, so nothing older overwrites anything newer
 and a republish racing live updates never moves a session backwards.
 """
 
@@ -111,7 +111,7 @@ async def write_all(
     updates: list[SessionUpdate],
     progress: Callable[[int], None] | None = None,
 ) -> tuple[int, int, int]:
-    """Write through the guarded script, a pipeline of ``CHUNK`` at a time:
+    """Write through the guarded function, a pipeline of ``CHUNK`` at a time:
     ``(written, unchanged, older)``."""
     sink = RedisSink(settings)
     counts = [0, 0, 0]
