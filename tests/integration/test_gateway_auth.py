@@ -1,5 +1,5 @@
 """The gateway with authentication on, as a real process against a real redis-server:
-tokens signed by keys made here, grants by prefix, streams ended by a token's expiry or a
+tokens signed by keys made here, grants (exact ids, prefixes), streams ended by a token's expiry or a
 session's, resumes across a generation bump, the limits, the Host check, key rotation,
 and the refusal to serve a non-loopback address without keys.
 
@@ -8,6 +8,7 @@ channel, guarded by the version), so no worker is needed and every test is quick
 """
 
 import asyncio
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -384,3 +385,65 @@ def test_redis_is_asked_little_per_listing(
 def _commands(client: "redis.Redis") -> dict[str, int]:
     stats = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def test_hostile_clients_get_401s_timeouts_and_503s_not_tracebacks(
+    deployment_: Deployment, signer: Signer, sessions: Sessions
+) -> None:
+    """The review's attacks against a real `stream serve`: malformed tokens, a token
+    without ``sub``, grants by string prefix, half-sent requests, a pile of connections."""
+    keys = deployment_.workdir / "hostile-jwks.json"
+    keys.write_bytes(jwks(signer))
+    gateway = Gateway.start(
+        deployment_,
+        STREAM_GATEWAY_JWT_KEYS=str(keys),
+        STREAM_GATEWAY_HEADER_TIMEOUT="1",
+        STREAM_GATEWAY_MAX_CONNECTIONS="8",
+    )
+    try:
+        for session_id in ("user-1", "user-10", "user-1/../admin"):
+            sessions.write(session_id, 1)
+        now = int(time.time())
+        good = {"sub": "mallory", "iat": now, "exp": now + 60, "sessions": ["user-1"]}
+        header = {"alg": signer.alg, "kid": signer.kid}
+        path = "/sessions/user-1/context"
+        assert gateway.request(path, _bearer(signer.raw(header, good)))[0] == 200
+        for what, token in {
+            "alg as a list": signer.raw(header | {"alg": [signer.alg]}, good),
+            "kid as a number": signer.raw(header | {"kid": 7}, good),
+            "an unknown crit": signer.raw(header | {"crit": ["x-acme"], "x-acme": 1}, good),
+            "no sub": signer.raw(header, {k: v for k, v in good.items() if k != "sub"}),
+            "a year long": signer.raw(header, good | {"exp": now + 365 * 86_400}),
+        }.items():
+            status, headers, _ = gateway.request(path, _bearer(token))
+            assert status == 401 and "invalid_token" in headers["WWW-Authenticate"], what
+        exact = _bearer(signer.raw(header, good))
+        for other in ("user-10", "user-1%2F..%2Fadmin", "user-1%252F..%252Fadmin"):
+            assert gateway.request(f"/sessions/{other}/context", exact)[0] == 404, other
+        log = gateway.log()
+        assert "Traceback" not in log and " ERROR " not in log
+        assert "token refused" in log
+
+        # A half-sent request: closed within the header timeout (1 s here).
+        with socket.create_connection(("127.0.0.1", _port(gateway)), timeout=10) as half:
+            half.sendall(b"GET /healthz HTTP/1.1\r\nHost: local")
+            started = time.monotonic()
+            assert half.recv(1024) == b""  # the server closed it
+            assert time.monotonic() - started < 3.0
+        # Eight connections held open without a request: the ninth is answered 503 ...
+        held = [socket.create_connection(("127.0.0.1", _port(gateway))) for _ in range(8)]
+        try:
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", _port(gateway)), timeout=10) as extra:
+                assert extra.recv(1024).startswith(b"HTTP/1.1 503")
+            # ... until the header timeout closes the idle ones, and requests get in again.
+            wait_until(lambda: gateway.get("/healthz")[0] == 200, 10, "a free connection")
+        finally:
+            for connection in held:
+                connection.close()
+    finally:
+        gateway.stop()
+
+
+def _port(gateway: Gateway) -> int:
+    return int(gateway.url.rsplit(":", 1)[1])
