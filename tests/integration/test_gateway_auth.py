@@ -1,7 +1,8 @@
 """The gateway with authentication on, as a real process against a real redis-server:
-tokens signed by keys made here, grants (exact ids, prefixes), streams ended by a token's expiry or a
-session's, resumes across a generation bump, the limits, the Host check, key rotation,
-and the refusal to serve a non-loopback address without keys.
+tokens signed by keys made here, grants (exact ids and prefixes), streams ended by a
+token's expiry or a session's, resumes across a generation bump, the limits, the Host
+check, key rotation, hostile clients, and the refusal to serve a non-loopback address
+without keys.
 
 Sessions are written the way the worker writes them (its Lua script: hash, recent set,
 channel, guarded by the version), so no worker is needed and every test is quick.
