@@ -273,6 +273,13 @@ class PermanentRedisError(RuntimeError):
     """Redis refused in a way retrying cannot fix; the message says what to change."""
 
 
+def _server_text(error: rx.ResponseError) -> str:
+    """What the server answered, only: a pipeline's annotation quotes the command, whose
+    arguments (session ids, payloads) are data and must not decide anything."""
+    text = str(error.args[0]) if error.args else ""
+    return text.rpartition(_PIPELINE)[2].lstrip("('\" ")
+
+
 def outage_kind(error: BaseException) -> str | None:
     """The kind of outage an error is ("connection", "timeout", "oom", "misconf",
     "loading", "readonly", "masterdown", "busy", "cluster"), or None when no retry fixes
@@ -302,11 +309,7 @@ def outage_kind(error: BaseException) -> str | None:
         code = getattr(error, "status_code", None)
         if code in REFUSALS:
             return REFUSALS[code]
-        # The server's text only: a pipeline's annotation quotes the command, whose
-        # arguments (session ids, payloads) are data and must not decide anything.
-        text = str(error.args[0]) if error.args else ""
-        text = text.rpartition(_PIPELINE)[2].lstrip("('\" ")
-        found = _REFUSAL.search(text)
+        found = _REFUSAL.search(_server_text(error))
         if found:
             return REFUSALS[found.group(1)]
     return None
@@ -461,7 +464,7 @@ class RedisSink:
             try:
                 results = await self._execute(calls)
             except rx.ResponseError as error:
-                if _NO_FUNCTION not in str(error):
+                if not _server_text(error).startswith(_NO_FUNCTION):
                     raise
                 # Redis without this library (first use, a restart that came back empty,
                 # FUNCTION FLUSH): load it, run the batch again (every function is
