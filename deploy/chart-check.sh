@@ -147,6 +147,11 @@ for values in "$CHART"/ci/*-values.yaml; do
   count=$((count + 1))
 done
 [ "$count" -ge 5 ] || die "expected at least 5 value sets in $CHART/ci, found $count"
+# The chart's own defaults (NetworkPolicies on, peers in the release namespace) too.
+render default >"$OUT/default.yaml" || die "helm template with the default values"
+printf 'chart-check: %-12s ' default >&2
+validate "$OUT/default.yaml" >&2 || die "kubeconform: $OUT/default.yaml"
+grep -q '^kind: NetworkPolicy$' "$OUT/default.yaml" || die "the default values render no NetworkPolicy"
 # The value set that turns everything on renders (and so validated) the optional kinds too.
 for kind in NetworkPolicy HorizontalPodAutoscaler Deployment ServiceMonitor PrometheusRule; do
   grep -q "^kind: $kind\$" "$OUT/all.yaml" || die "ci/all-values.yaml renders no $kind"
@@ -238,4 +243,4 @@ refuse "minReplicas 5 is above maxReplicas 2" "${none[@]}" \
 refuse "needs gateway.resources.requests.cpu" "${none[@]}" \
   --set gateway.autoscaling.enabled=true,gateway.resources.requests.cpu=null
 
-say "ok: helm lint; $count value sets rendered and valid (kubeconform -strict, Kubernetes $KUBE_VERSION); alerts of $rules pass promtool check and the alert unit tests; $refused bad value sets refused ($refused_files of them in ci/*-refused.yaml); renders in ${OUT#"$ROOT"/}"
+say "ok: helm lint; the defaults and $count value sets rendered and valid (kubeconform -strict, Kubernetes $KUBE_VERSION); alerts of $rules pass promtool check and the alert unit tests; $refused bad value sets refused ($refused_files of them in ci/*-refused.yaml); renders in ${OUT#"$ROOT"/}"
