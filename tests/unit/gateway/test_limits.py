@@ -137,3 +137,28 @@ async def _until(condition: Callable[[], bool], timeout: float = 5) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.01)
+
+
+def test_files_are_served_through_the_counted_connections() -> None:
+    """The page's files go out by sendfile, which swaps the transport's protocol for a
+    while: the counting protocol in between must survive that."""
+
+    async def scenario() -> None:
+        async with serving(max_connections=5) as (site, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            for path in ("/", "/static/session.js", "/"):
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200"), head
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                body = await reader.readexactly(length)
+                assert len(body) == length > 100
+            assert site.open == 1
+            writer.close()
+            await _until(lambda: site.open == 0)
+
+    run(scenario)
