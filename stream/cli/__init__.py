@@ -16,7 +16,17 @@ Command = Callable[[argparse.Namespace], int]
 # The module that registers each command, in help order. Only the named command's module
 # is imported when the command line names one: `stream serve` alone pulls in aiohttp and
 # redis (~0.3 s), which `stream fold` on a small log would otherwise spend mostly on.
-MODULES = ("fold", "measure", "verify", "service", "watch", "serve", "replay", "republish")
+MODULES = (
+    "fold",
+    "measure",
+    "verify",
+    "service",
+    "watch",
+    "compare",
+    "serve",
+    "replay",
+    "republish",
+)
 COMMANDS = {
     "fold": "fold",
     "measure": "measure",
@@ -24,6 +34,7 @@ COMMANDS = {
     "worker": "service",
     "produce": "service",
     "watch": "watch",
+    "compare": "compare",
     "serve": "serve",
     "replay": "replay",
     "lag": "replay",

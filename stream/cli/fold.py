@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from stream.cli.reach import LIMITS_ENV, environment
 from stream.config import Settings
 from stream.contract.jsontext import dumps
 from stream.logs.reader import log_files, read_logs
@@ -20,7 +21,9 @@ def register(commands: Any) -> None:
         help="fold dsh session logs and print JSON lines",
         description="Fold dsh session logs (.jsonl or .jsonl.zstd; a directory means every"
         " log in it). Prints one line per session after its last event, or with"
-        " --every-event one line per event in input order. Faults are data: exit 0.",
+        " --every-event one line per event in input order. Faults are data: exit 0."
+        " Offline: needs no Kafka or Redis.",
+        epilog=environment(LIMITS_ENV),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH")
     parser.add_argument("--every-event", action="store_true", help="one line per event")

@@ -17,7 +17,8 @@ def register(commands: Any) -> None:
         "measure",
         help="print each surface node and the totals (the positional X-ray)",
         description="Fold one session log positionally and print every surface node"
-        " (seq, type, price, system) and the totals, at the end or just after event N.",
+        " (seq, type, price, system) and the totals, at the end or just after event N."
+        " Offline: reads no environment and needs no Kafka or Redis.",
     )
     parser.add_argument("path", metavar="PATH")
     parser.add_argument("--seq", type=int, metavar="N", help="stop just after event N")

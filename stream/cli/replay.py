@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stream.cli.progress import Rate, duration, eta, interactive, progress, stdout_console
+from stream.cli.reach import KAFKA_ENV, TOPICS_ENV, environment
 from stream.config import ConfigError, Settings
 from stream.ops.admin import admin as admin_client
 from stream.ops.control import (
@@ -73,6 +74,7 @@ def register(commands: Any) -> None:
         description="Move the worker group's committed input offsets (refused while the"
         " group has live members), and/or move the rebuild generation. Offsets and counts"
         " are records (a --segment N message holds up to N events).",
+        epilog=environment(KAFKA_ENV, TOPICS_ENV, "STREAM_GENERATION"),
     )
     where = replay.add_mutually_exclusive_group()
     where.add_argument("--to-earliest", action="store_true", help="the earliest retained record")
@@ -131,11 +133,23 @@ def register(commands: Any) -> None:
     lag = commands.add_parser(
         "lag",
         help="the worker group's committed and end offsets, lag per input partition, members",
+        description="Show the worker group's committed and end offsets and lag per input"
+        " partition, and the group's members; with --watch, refresh with the read rate,"
+        " the records remaining and an ETA, and flag stalled partitions. Offsets and lag"
+        " are records (a --segment N message holds up to N events). Exits 1 within seconds"
+        " when Kafka cannot be reached.",
+        epilog=environment(KAFKA_ENV, TOPICS_ENV),
     )
     lag.add_argument(
         "--watch", action="store_true", help="refresh: read rate, remaining records, ETA"
     )
-    lag.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    lag.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="with --watch: seconds between refreshes (default 2)",
+    )
     lag.add_argument(
         "--until-caught-up",
         action="store_true",

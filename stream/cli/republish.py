@@ -5,6 +5,7 @@ import sys
 from typing import Any
 
 from stream.cli.progress import progress
+from stream.cli.reach import KAFKA_ENV, REDIS_ENV, connect_redis, environment, no_kafka
 from stream.config import Settings
 
 
@@ -14,7 +15,9 @@ def register(commands: Any) -> None:
         help="re-seed Redis from the output topic (a new Redis, a new prefix, an evicted cache)",
         description="Read every session's latest update from the compacted output topic and"
         " write it to Redis through the guarded script: nothing older overwrites anything"
-        " newer, so it is safe while workers run. Uses REDIS_URL and REDIS_KEY_PREFIX.",
+        " newer, so it is safe while workers run. Exits 1 within seconds when Kafka or Redis"
+        " cannot be reached.",
+        epilog=environment(KAFKA_ENV, REDIS_ENV, "STREAM_OUTPUT_TOPIC"),
     )
     parser.add_argument("--session", metavar="ID", help="only this session")
     parser.set_defaults(run=run)
@@ -24,6 +27,12 @@ def run(args: argparse.Namespace) -> int:
     from stream.ops.republish import republish
 
     settings = Settings.from_env()
+    if no_kafka("republish", settings):
+        return 1
+    reached = connect_redis("republish", settings)
+    if reached is None:
+        return 1
+    reached.close()
     with (
         progress("reading the output topic", unit="records") as reading,
         progress("writing Redis", unit="sessions") as writing,

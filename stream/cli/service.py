@@ -2,8 +2,11 @@
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
+from stream.cli.reach import KAFKA_ENV, environment, no_kafka
+from stream.cli.settings import epilog
 from stream.config import Settings
 from stream.session.batch import MAX_GENERATION
 
@@ -12,6 +15,16 @@ def register(commands: Any) -> None:
     worker = commands.add_parser(
         "worker",
         help="run the Faust worker (configured from the environment, see README)",
+        # Raw: the settings' layout stays; the description is wrapped here instead.
+        description=textwrap.fill(
+            "Run one consumer-group worker: fold the input topic's session events, keep each"
+            " session's row in RocksDB (backed by a changelog topic), publish every change to"
+            " the output topic and to Redis. Everything but the log level comes from the"
+            " environment below; SIGTERM finishes the batch, waits for delivery, commits.",
+            width=88,
+        ),
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     worker.add_argument("--loglevel", default="info", help="debug, info, warning, error")
     worker.set_defaults(run=run_worker)
@@ -19,6 +32,11 @@ def register(commands: Any) -> None:
     produce = commands.add_parser(
         "produce",
         help="publish dsh session logs to the input topic, keyed by session id, in order",
+        description="Publish dsh session logs (.jsonl, .jsonl.zstd, directories) to the input"
+        " topic, keyed by session id, in order, with librdkafka's murmur2_random partitioner"
+        " (Java clients' placement): for backfills, demos and load. Exits 1 within seconds"
+        " when Kafka cannot be reached.",
+        epilog=environment(KAFKA_ENV, "STREAM_INPUT_TOPIC, STREAM_APP_ID (its control topic)"),
     )
     produce.add_argument("paths", nargs="+", metavar="PATH")
     produce.add_argument(
@@ -108,6 +126,8 @@ def run_produce(args: argparse.Namespace) -> int:
         print("stream produce: --segment must be at least 1", file=sys.stderr)
         return 2
     settings = Settings.from_env()
+    if no_kafka("produce", settings):
+        return 1
     if args.reset_generation is not None and not 1 <= args.reset_generation <= MAX_GENERATION:
         print(f"stream produce: --reset-generation must be in 1..{MAX_GENERATION}", file=sys.stderr)
         return 2

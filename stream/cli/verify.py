@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from stream.cli.progress import progress
+from stream.cli.reach import LIMITS_ENV, environment
 from stream.config import Settings
 from stream.contract.errors import BadLine, ContractError
 from stream.contract.events import METERING_TYPES, Event, Replace
@@ -33,6 +34,11 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "verify",
         help="check the O(1) breakdown against the positional fold, event by event",
+        description="Fold every log twice, through the O(1) projections and through the"
+        " positional X-ray, and report where contextBreakdown agrees with the breakdown the"
+        " full surface implies, the kinds of replacement the logs hold, faults, and the"
+        " bytes each approach retains. Offline: needs no Kafka or Redis.",
+        epilog=environment(LIMITS_ENV),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -34,6 +34,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from stream.cli.reach import REDIS_ENV, connect_redis, environment
 from stream.config import ConfigError, Settings
 from stream.gateway.meter import Meter, bar_cells, meter
 from stream.gateway.sse import seq_of
@@ -65,6 +66,11 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "watch",
         help="the context meter of a session (or a table of recent sessions), live from Redis",
+        description="Show one session's context meter, redrawn on every update, or (without"
+        " SESSION) a live table of the recently updated sessions, read from Redis pub/sub."
+        " Off a terminal, or with --lines, one line per update. Exits 1 within seconds when"
+        " Redis cannot be reached.",
+        epilog=environment(REDIS_ENV),
     )
     parser.add_argument("session", nargs="?", help="a session id (default: all sessions)")
     parser.add_argument("--session", dest="session_option", help=argparse.SUPPRESS)
@@ -75,6 +81,12 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--limit", type=int, default=20, metavar="N", help="sessions in the table (default 20)"
+    )
+    parser.add_argument(
+        "--changed",
+        action="store_true",
+        help="with lines: only updates whose figures changed (not a later seq with the same"
+        " figures); what Redis holds when it starts counts as shown",
     )
     parser.set_defaults(run=run)
 
@@ -244,6 +256,37 @@ def render_sessions(rows: Sequence[tuple[Mapping[str, Any], int | None]], now_ms
     return table
 
 
+def figures(update: Mapping[str, Any]) -> bytes:
+    """What a reader sees change in an update: all of it but its position (``seq``) and
+    event time. Two updates with the same figures print the same line but for ``seq``."""
+    kept = {key: value for key, value in update.items() if key not in ("seq", "time")}
+    return orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)
+
+
+class Changes:
+    """``--changed``: the figures last shown per session, to skip an update that repeats
+    them. Bounded: past ``limit`` sessions the oldest entries are forgotten (one of them
+    may then print a repeat, never miss a change)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self.shown: dict[str, bytes] = {}
+
+    def new(self, session_id: str, update: Mapping[str, Any]) -> bool:
+        """Whether ``update`` changes what was shown for ``session_id`` (and remember it)."""
+        mark = figures(update)
+        if self.shown.get(session_id) == mark:
+            return False
+        self.shown.pop(session_id, None)  # re-inserted last: the dict's order is recency
+        self.shown[session_id] = mark
+        while len(self.shown) > self.limit:
+            del self.shown[next(iter(self.shown))]
+        return True
+
+    def forget(self, session_id: str) -> None:
+        self.shown.pop(session_id, None)
+
+
 def describe(update: Mapping[str, Any]) -> str:
     """One human line for an update: occupancy first, then composition and usage.
 
@@ -365,6 +408,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"stream: configuration error: {error}", file=sys.stderr)
         return 2
+    reached = connect_redis("watch", settings)
+    if reached is None:
+        return 1
+    reached.close()
     client: Any
     if settings.redis_cluster:
         from redis.cluster import RedisCluster
@@ -401,12 +448,14 @@ def _watch_session(
     key = settings.redis_layout.session_key(session_id)
     feed = _Feed(client, [key], "ssubscribe" if settings.redis_cluster else "subscribe")
     last: list[int] = []  # the seq shown last (a list: closures below update it)
+    changes = Changes()
     display = Live(render_waiting(session_id), console=Console(), auto_refresh=False)
 
     def show(payload: bytes) -> None:
         update, seq = _load(payload), seq_of(payload)
         if update is not None and update.get("expired") is True:
             last.clear()  # its next life starts over from a lower seq
+            changes.forget(session_id)
             if live:
                 display.update(render_waiting(session_id), refresh=True)
             else:
@@ -415,6 +464,8 @@ def _watch_session(
         if update is None or seq is None or (last and seq <= last[0]):
             return  # not an update, or one already shown (a repair republish, a resync)
         last[:] = [seq]
+        if args.changed and not live and not changes.new(session_id, update):
+            return
         if live:
             display.update(render_meter(update), refresh=True)
         else:
@@ -447,6 +498,7 @@ def _watch_all(
     limit = max(1, args.limit)
     rows: dict[str, tuple[dict[str, Any], int | None]] = {}
     drawn = [0.0]  # when the table was last drawn (monotonic)
+    changes = Changes()
     display = Live(render_sessions([], 0), console=Console(), auto_refresh=False)
 
     def draw() -> None:
@@ -470,6 +522,19 @@ def _watch_all(
         if live:
             draw()
 
+    def baseline() -> None:
+        pages = client.pipeline(transaction=False)
+        for recent_key in layout.recent_keys:
+            pages.zrevrange(recent_key, 0, changes.limit - 1, withscores=True)
+        ids = [raw.decode(errors="replace") for raw, _ in newest(pages.execute(), changes.limit)]
+        pipe = client.pipeline(transaction=False)
+        for session_id in ids:
+            pipe.hget(layout.session_key(session_id), "update")
+        for session_id, payload in zip(ids, pipe.execute(), strict=True):
+            update = None if payload is None else _load(payload)
+            if update is not None:
+                changes.new(session_id, update)
+
     def handle(channel: str, payload: bytes) -> None:
         update = _load(payload)
         if update is None:
@@ -482,11 +547,13 @@ def _watch_all(
             return
         if update.get("expired") is True:
             rows.pop(session_id, None)
+            changes.forget(session_id)
             if not live:
                 print(f"{printable(session_id)} expired", flush=True)
             return
         if not live:
-            _print_line(args, payload, update)
+            if not args.changed or changes.new(session_id, update):
+                _print_line(args, payload, update)
             return
         rows[session_id] = (update, int(time.time() * 1000))
         if len(rows) > 4 * limit:  # keep memory bounded: forget the stalest
@@ -501,5 +568,6 @@ def _watch_all(
         with display:
             _follow(feed, resync, handle, tick, deadline)
     else:
-        # Lines mode prints what arrives from now on, as before (no recent sessions).
-        _follow(feed, lambda: None, handle, tick, deadline)
+        # Lines mode prints what arrives from now on (no recent sessions); with --changed
+        # what Redis holds counts as shown, so a repeat of it does not print.
+        _follow(feed, baseline if args.changed else lambda: None, handle, tick, deadline)
