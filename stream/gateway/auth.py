@@ -101,7 +101,11 @@ def _seconds_of(claims: dict[str, Any], name: str) -> int | float | None:
 
 
 def grant_of(
-    claims: dict[str, Any], claim: str, leeway: float, max_lifetime: float = 0.0, now: float = 0.0
+    claims: dict[str, Any],
+    claim: str,
+    leeway: float,
+    max_lifetime: float = 0.0,
+    now: float | None = None,
 ) -> Grant:
     """The grant of verified claims; a malformed claim is an invalid token (loud), a
     missing one grants nothing. ``max_lifetime`` (0: none) caps ``exp - iat`` (``exp -
@@ -120,7 +124,9 @@ def grant_of(
         raise InvalidToken("no 'exp' claim", "no 'exp' claim")
     if max_lifetime:
         issued = _seconds_of(claims, "iat")
-        lifetime = exp - (now if issued is None else issued)
+        if issued is None:
+            issued = time.time() if now is None else now
+        lifetime = exp - issued
         if not lifetime <= max_lifetime:  # also NaN
             raise InvalidToken(
                 f"token lifetime over {max_lifetime:g} s", "the token lives too long"
@@ -354,6 +360,10 @@ class Verifier:
     async def verify(self, token: str) -> Grant:
         """The grant of a valid token; raises InvalidToken with the reason, and nothing
         else whatever the token holds (tests/unit/gateway/test_fuzz.py)."""
+        if not token.isascii():
+            # A JWT is base64url and dots. aiohttp hands undecodable header bytes over as
+            # lone surrogates, on which PyJWT's own encode() would raise UnicodeEncodeError.
+            raise InvalidToken("not ASCII", "malformed token")
         try:
             # PyJWT checks the header's shape: a JSON object, ``kid`` a string, ``crit``
             # a list of extensions it implements.

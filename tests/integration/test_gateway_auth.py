@@ -418,6 +418,13 @@ def test_hostile_clients_get_401s_timeouts_and_503s_not_tracebacks(
         }.items():
             status, headers, _ = gateway.request(path, _bearer(token))
             assert status == 401 and "invalid_token" in headers["WWW-Authenticate"], what
+        # Header bytes that are not UTF-8 (aiohttp passes them on as lone surrogates).
+        with socket.create_connection(("127.0.0.1", _port(gateway)), timeout=10) as raw:
+            raw.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n".encode()
+                + b"Authorization: Bearer \xff\xfe.e30.e30\r\n\r\n"
+            )
+            assert raw.recv(1024).startswith(b"HTTP/1.1 401")
         exact = _bearer(signer.raw(header, good))
         for other in ("user-10", "user-1%2F..%2Fadmin", "user-1%252F..%252Fadmin"):
             assert gateway.request(f"/sessions/{other}/context", exact)[0] == 404, other
