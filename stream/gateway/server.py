@@ -75,16 +75,31 @@ class PathAccessLogger(AbstractAccessLogger):
 
 
 class _NoRequestText(logging.Filter):
-    """aiohttp logs a request it cannot parse with the parser's error, which may quote the
-    request line (a token in its query string): keep the line, drop the quote."""
+    """aiohttp logs a request it cannot parse as an ERROR with the parser's error, which
+    may quote the request line (a token in its query string): keep one WARNING line
+    without the quote, at most one a second with the count of the others, like refused
+    tokens (a client sending garbage must not flood the log)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = -float("inf")
+        self.suppressed = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError):
-            record.msg = f"{record.getMessage()}: {type(error).__name__} (status {error.code})"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
+        if not isinstance(error, HttpProcessingError):
+            return True
+        now = time.monotonic()
+        if now - self.last < 1.0:
+            self.suppressed += 1
+            return False
+        more = f" ({self.suppressed} more since)" if self.suppressed else ""
+        record.msg = f"{record.getMessage()}: {type(error).__name__} (status {error.code}){more}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self.last, self.suppressed = now, 0
         return True
 
 

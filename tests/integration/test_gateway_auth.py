@@ -425,6 +425,19 @@ def test_hostile_clients_get_401s_timeouts_and_503s_not_tracebacks(
                 + b"Authorization: Bearer \xff\xfe.e30.e30\r\n\r\n"
             )
             assert raw.recv(1024).startswith(b"HTTP/1.1 401")
+        # ... and in the path, read by Redis with every session granted.
+        everything = signer.raw(header, good | {"sessions": ["*"]})
+        for target in (b"/sessions/\xff/context", b"/sessions/%ED%B3%BF/context"):
+            with socket.create_connection(("127.0.0.1", _port(gateway)), timeout=10) as raw:
+                raw.sendall(
+                    b"GET "
+                    + target
+                    + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                    + f"Authorization: Bearer {everything}\r\n\r\n".encode()
+                )
+                answer = raw.recv(1024)
+                status = answer.split(b" ", 2)[1]
+                assert status in (b"400", b"404"), (target, answer)
         exact = _bearer(signer.raw(header, good))
         for other in ("user-10", "user-1%2F..%2Fadmin", "user-1%252F..%252Fadmin"):
             assert gateway.request(f"/sessions/{other}/context", exact)[0] == 404, other

@@ -1,19 +1,21 @@
-"""Slow and greedy clients against the gateway's real server setup (``server.py``'s
+"""Slow, greedy and garbled clients against the gateway's real server setup (``server.py``'s
 aiohttp options and ``CappedSite``) on a loopback port, with raw sockets: a half-sent
-request is closed within the header timeout, a stream outlives it, and the connection cap
-holds, also against a burst."""
+request is closed within the header timeout, a stream outlives it, the connection cap
+holds, also against a burst; requests that do not parse cost one log line a second."""
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from stream.config import Settings
 from stream.gateway.app import Options, build_app
-from stream.gateway.server import CappedSite, handler_options
+from stream.gateway.server import CappedSite, _NoRequestText, handler_options
 from tests.unit.gateway.fakes import FakeStore, hub, update
 
 REQUEST = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -162,3 +164,34 @@ def test_files_are_served_through_the_counted_connections() -> None:
             await _until(lambda: site.open == 0)
 
     run(scenario)
+
+
+def test_requests_that_do_not_parse_are_one_quiet_line_a_second() -> None:
+    """aiohttp logs each unparseable request as an ERROR quoting the request line (a
+    token in its query string, say): one WARNING without the quote, at most once a
+    second, with the count of the others."""
+    quiet = _NoRequestText()
+    secret = "GET /x?access_token=eyJsecret HTTP/1.1"
+
+    def record() -> logging.LogRecord:
+        error = BadHttpMessage(f"Invalid char in url path:\n\n  {secret!r}")
+        return logging.LogRecord(
+            "aiohttp.server",
+            logging.ERROR,
+            __file__,
+            1,
+            "Error handling request from %s",
+            ("127.0.0.1",),
+            (type(error), error, None),
+        )
+
+    first = record()
+    assert quiet.filter(first) and first.levelno == logging.WARNING
+    assert first.exc_info is None and "eyJsecret" not in first.getMessage()
+    assert "BadHttpMessage (status 400)" in first.getMessage()
+    assert not any(quiet.filter(record()) for _ in range(50))
+    quiet.last -= 1.0  # a second later
+    later = record()
+    assert quiet.filter(later) and "(50 more since)" in later.getMessage()
+    other = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "boom", None, None)
+    assert quiet.filter(other) and other.levelno == logging.ERROR  # anything else: as it was
