@@ -94,10 +94,16 @@ class Listing(enum.Enum):
 EVERYTHING: Final = Grant(None, (EVERY,), None)  # authentication off
 
 
-def _seconds_of(claims: dict[str, Any], name: str) -> int | float | None:
+def _seconds_of(claims: dict[str, Any], name: str) -> float | None:
+    """A time claim as a float within +-1e300 (``None``: not a number of seconds). An int
+    past a float's range would make the arithmetic on it raise OverflowError; min and max
+    compare ints and floats exactly, without converting. bool is an int to Python, not a
+    time to JWT. (PyJWT has refused NaN and the infinities already: this does not rely
+    on it.)"""
     value = claims.get(name)
-    # bool is an int to Python, not a time to JWT; PyJWT has already refused the rest.
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+        return None  # value != value: NaN
+    return float(max(min(value, 1e300), -1e300))
 
 
 def grant_of(
@@ -127,12 +133,11 @@ def grant_of(
         if issued is None:
             issued = time.time() if now is None else now
         lifetime = exp - issued
-        if not lifetime <= max_lifetime:  # also NaN
+        if not lifetime <= max_lifetime:
             raise InvalidToken(
                 f"token lifetime over {max_lifetime:g} s", "the token lives too long"
             )
-    expires = float(min(exp, 1e300)) + leeway  # min: an int too large for a float
-    return Grant(subject, tuple(dict.fromkeys(raw)), expires)
+    return Grant(subject, tuple(dict.fromkeys(raw)), exp + leeway)
 
 
 # -- keys ------------------------------------------------------------------------------

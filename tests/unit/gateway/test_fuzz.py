@@ -16,7 +16,14 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from stream.gateway.auth import ALGORITHMS, FileKeys, Grant, InvalidToken, Verifier
+from stream.gateway.auth import (
+    ALGORITHMS,
+    FileKeys,
+    Grant,
+    InvalidToken,
+    Verifier,
+    grant_of,
+)
 from stream.gateway.config import GatewayConfig
 from tests.unit.gateway.tokens import Signer, jwks
 
@@ -163,3 +170,21 @@ def test_the_fuzzed_shapes_do_reach_a_grant(
     first refusal): the well-formed corner of them verifies."""
     grant = _check(verifier, loop, SIGNER.raw(GOOD_HEADER, GOOD_CLAIMS))
     assert grant is not None and grant.allows("user-10") and not grant.allows("user-2")
+
+
+@settings(max_examples=500, deadline=None)
+@given(payload=claims, max_lifetime=st.sampled_from([0.0, 86_400.0]))
+@example(payload=GOOD_CLAIMS | {"exp": 10**400, "iat": 1.5}, max_lifetime=86_400.0)
+@example(payload=GOOD_CLAIMS | {"exp": 10**400, "iat": -(10**400)}, max_lifetime=86_400.0)
+@example(payload=GOOD_CLAIMS | {"exp": math.nan}, max_lifetime=0.0)
+@example(payload=GOOD_CLAIMS | {"exp": math.inf, "iat": -math.inf}, max_lifetime=0.0)
+def test_the_grant_of_any_claims_is_a_grant_or_a_refusal(payload: Any, max_lifetime: float) -> None:
+    """``grant_of`` alone, on claims PyJWT never saw (the verifier's last step, and the
+    one the gateway wrote itself)."""
+    if not isinstance(payload, dict):
+        return
+    try:
+        grant = grant_of(payload, "sessions", 30.0, max_lifetime, now=NOW)
+    except InvalidToken:
+        return
+    assert grant.subject and grant.expires is not None and math.isfinite(grant.expires)
