@@ -24,6 +24,7 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp.web_response
@@ -113,20 +114,20 @@ class _Counted(asyncio.Protocol):
     """Stands between a connection's transport and aiohttp's handler for it, so the site
     knows how many connections are open; past the cap the handler never sees one."""
 
-    def __init__(self, site: "CappedSite", handler: asyncio.Protocol) -> None:
+    def __init__(self, site: "CappedSite", handler: Callable[[], asyncio.Protocol]) -> None:
         self.site = site
-        self.handler: asyncio.Protocol | None = handler
+        self.make_handler = handler
+        self.handler: asyncio.Protocol | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Decided here rather than when the protocol is made: asyncio makes the protocols
         # of a whole batch of accepted sockets before the first connection_made.
         if not self.site.admit():
-            self.handler = None
             if isinstance(transport, asyncio.WriteTransport):
                 transport.write(BUSY)
             transport.close()  # after the write is flushed
             return
-        assert self.handler is not None
+        self.handler = self.make_handler()
         self.handler.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -189,7 +190,7 @@ class CappedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Counted(self, server()), self.host, self.port, backlog=self._backlog
+            lambda: _Counted(self, server), self.host, self.port, backlog=self._backlog
         )
 
 
