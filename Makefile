@@ -12,12 +12,17 @@ NATIVE_SOURCES := stream/native.py $(wildcard stream/contract/*.py stream/pricin
 
 .PHONY: setup demo test lint types unit oracle integration bench bench-smoke clean
 
-# Everything the project needs on a fresh Debian machine: the venv, the compiled core, the
-# Node oracle, a Kafka assembled from Maven Central, and redis-server.
-setup: $(STAMP) $(NATIVE) tests/oracle/node_modules/.installed
+# Everything the project needs on a fresh Debian machine: what the demo needs (the venv, the
+# compiled core, a Kafka assembled from Maven Central, redis-server), and for the tests the
+# Node oracle and Chromium.
+setup: demo-setup tests/oracle/node_modules/.installed
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+# The demo's part of setup: no Node oracle and no Chromium (the page opens in your browser).
+.PHONY: demo-setup
+demo-setup: $(STAMP) $(NATIVE)
 	@bash deploy/kafka.sh fetch >/dev/null
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 # The venv holds what the locks pin, every file checked against its hash (README:
 # "Dependencies and the lock files"): the build tools first (pip itself, setuptools, mypy
@@ -28,7 +33,9 @@ $(STAMP): pyproject.toml requirements-build.lock requirements-dev.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --require-hashes -r requirements-build.lock
 	@$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
-	@$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	@# setuptools' "Editable installation ... !!" notice is information only (a UserWarning
+	@# relayed by pip), not a problem: silenced so a first run does not open with a warning.
+	@PYTHONWARNINGS=ignore::UserWarning $(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
 # Regenerate the locks after editing the dependencies in pyproject.toml: pip-compile
@@ -58,8 +65,9 @@ tests/oracle/node_modules/.installed: tests/oracle/package.json tests/oracle/pac
 	@cd tests/oracle && npm ci --silent --no-audit --no-fund
 	@touch $@
 
-# Start local Kafka + Redis + the worker, feed the example sessions, and watch updates.
-demo: setup
+# Start local Kafka + Redis + the worker, feed the example sessions, and watch updates
+# (DEMO_SECONDS, DEMO_RATE and the ports: README, "Two commands").
+demo: demo-setup
 	@bash deploy/demo.sh
 
 test: setup lint types unit chart oracle integration

@@ -70,9 +70,17 @@ operator_env() {
 worker_pid=""
 watch_pid=""
 gateway_pid=""
+produce_pid=""
 produced=""
 cleanup() {
   trap - EXIT INT TERM
+  if [ -n "$produce_pid" ]; then
+    # Stopped mid-way: the examples are not all in, so there is nothing to compare yet.
+    kill -TERM "$produce_pid" 2>/dev/null || true
+    wait "$produce_pid" 2>/dev/null || true
+    echo >&2   # past the producer's progress line
+    echo "demo: stopped while producing: no verdict (it needs every example produced; the next run reuses this state)" >&2
+  fi
   if [ -n "$produced" ]; then
     # Computed, not asserted: Redis against the offline fold (waiting a little for the
     # worker's last batch).
@@ -182,8 +190,12 @@ done
 } >&2
 
 echo "demo: producing examples/ at $RATE events/s (segments of 20 events)" >&2
+# In the background, so that Ctrl-C reaches this script's trap, not the producer.
+"$STREAM" produce examples --segment 20 --rate "$RATE" &
+produce_pid=$!
+wait "$produce_pid"
+produce_pid=""
 produced=1
-"$STREAM" produce examples --segment 20 --rate "$RATE"
 echo "demo: all example events produced; the offline fold says:" >&2
 "$STREAM" fold examples >&2
 

@@ -1,8 +1,9 @@
 """The gateway's page in headless Chromium (Debian's, driven by Playwright): live from a
 worker over SSE, the ring and the rows move as events are produced; with authentication
-on, the page takes its token from the URL fragment, keeps keyboard focus while its list
-refreshes, tells a screen reader what matters, and axe-core (tests/oracle's npm
-dependencies) finds no serious or critical violation on either page, light or dark.
+on, the page takes its token from its app (``contextStream.setToken``, or a message from
+the window of an allowed origin that opened it; never from its URL), keeps keyboard focus
+while its list refreshes, tells a screen reader what matters, and axe-core (tests/oracle's
+npm dependencies) finds no serious or critical violation on either page, light or dark.
 
 Every page runs under the gateway's Content-Security-Policy: an inline script or style
 would be a console error, which fails the test.
@@ -10,6 +11,7 @@ would be a console error, which fails the test.
 Screenshots are written to tests/artifacts/ (ignored by git) and their paths printed.
 """
 
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,6 +91,7 @@ def drawn(page: Page) -> dict[str, Any]:
             headline: q("headline").textContent.replace(/\\s+/g, " ").trim(),
             segments: [...q("bar").children].map((s) => [s.dataset.key, s.style.flexGrow]),
             rows: [...q("rows").children].map((r) => r.textContent),
+            composition: q("composition").textContent,
             usage: [...q("usage").children].map((t) => t.textContent),
           };
         }"""
@@ -101,12 +104,20 @@ def expected(update: dict[str, Any]) -> dict[str, Any]:
     usage = update["tokenUsage"]
     percent = 100 * pressure["projectedTokens"] / pressure["contextWindow"]
     labels = {"systemTokens": "system", "toolsTokens": "tools", "messageTokens": "messages"}
+    estimate = sum(breakdown.get(k, 0) for k in labels)
+
+    def share(key: str) -> str:  # JavaScript's Math.round
+        return f"{math.floor(100 * breakdown.get(key, 0) / estimate + 0.5)}%"
+
     return {
         "seq": f"seq {update['seq']}",
         "percent": f"{percent:.1f}%",
         "headline": f"~{pressure['projectedTokens']:,} / {pressure['contextWindow']:,} tokens",
         "segments": [[k, str(breakdown[k])] for k in labels if breakdown.get(k)],
-        "rows": [f"{label}~{breakdown.get(k, 0):,}" for k, label in labels.items()],
+        "rows": [f"{label}~{breakdown.get(k, 0):,}{share(k)}" for k, label in labels.items()],
+        # The bar is the estimate's composition, and says so with both totals.
+        "composition": f"What fills it: ~{estimate:,} of the ~{pressure['projectedTokens']:,}"
+        " tokens estimated, as shares",
         "usage": [
             f"{label}{usage.get(k, 0):,}"
             for k, label in (
@@ -155,7 +166,13 @@ def test_the_ring_and_rows_follow_produced_events(
     page.goto(gateway.url + "/")
     row = page.locator(f'[data-session="{key}"]')
     expect(row).to_be_visible()
-    expect(row).to_contain_text(expected(last_update)["percent"])
+    expect(row).to_contain_text(expected(last_update)["percent"] + "of window")
+    # Updated: when it arrived, relative; the event time beside it, labelled.
+    expect(row.locator(".session-ago")).to_have_text(re.compile(r"^updated \d+s ago$"))
+    expect(row.locator(".session-event")).to_have_text(
+        re.compile(r"^event time \d{4}-\d\d-\d\d \d\d:\d\d$")
+    )
+    expect(page.get_by_test_id("columns")).to_contain_text("Window used")
     screenshot(page, "sessions.png")
     row.click()
     expect(page.get_by_test_id("session-id")).to_have_text(key)
@@ -273,11 +290,14 @@ def test_the_page_with_authentication_on(
         wait_seq(live_deployment, key, log.seq_after(cuts[0]))
     token = signer.token(["page-auth/*"], sub="page-user")
 
-    # The index: the token comes in the fragment, is kept for the tab and leaves the URL.
-    page.goto(f"{secured.url}/#access_token={token}")
+    # The index: without a token it asks for one; the app hands it over (the JS API) and
+    # the page starts over with it, keeping it for this tab.
+    page.goto(f"{secured.url}/")
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+    assert page.evaluate("(t) => window.contextStream.setToken(t)", token) is True
     row = page.locator(f'[data-session="{two}"] a')
     expect(row).to_be_visible()
-    assert page.evaluate("() => location.hash") == ""
+    expect(page.get_by_test_id("notice")).to_be_hidden()
     assert page.evaluate("() => sessionStorage.getItem('context-stream.access_token')") == token
     listed = page.locator("[data-session]").evaluate_all(
         "(rows) => rows.map((r) => r.dataset.session)"
@@ -317,8 +337,15 @@ def test_the_page_with_authentication_on(
     )
     expect(page.get_by_test_id("announce")).to_contain_text(f"{percent:.1f}% of the context")
     assert isinstance(update.get("time"), int), "the worker's update carries its event time"
-    shown = page.evaluate("(ms) => new Date(ms).toLocaleString()", update["time"])
-    expect(page.get_by_test_id("updated")).to_have_text(f"updated {shown}")
+    # "updated" is when it arrived, relative; the session's own event time stands beside it.
+    expect(page.get_by_test_id("updated")).to_have_text(re.compile(r"^updated \d+s ago$"))
+    shown = page.evaluate(
+        """(ms) => { const d = new Date(ms), two = (n) => String(n).padStart(2, "0");
+             return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}`
+               + ` ${two(d.getHours())}:${two(d.getMinutes())}`; }""",
+        update["time"],
+    )
+    expect(page.get_by_test_id("event-time")).to_have_text(f"event time {shown}")
     axe_both_schemes(page, secured.url)
     screenshot(page, "context-meter-auth.png")
 
@@ -339,7 +366,8 @@ def test_the_page_says_when_its_token_is_missing_or_expires(
     expect(page.get_by_test_id("notice")).to_contain_text("Not authorised")
 
     brief = signer.token(["page-auth/*"], expires_in=3)
-    page.goto(f"{secured.url}/sessions/{key.replace('/', '%2F')}#access_token={brief}")
+    page.goto(f"{secured.url}/sessions/{key.replace('/', '%2F')}")
+    page.evaluate("(t) => window.contextStream.setToken(t)", brief)
     expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
     # At the token's expiry the gateway ends the stream with `event: reauthenticate`.
     expect(page.get_by_test_id("notice")).to_contain_text(
@@ -347,6 +375,67 @@ def test_the_page_says_when_its_token_is_missing_or_expires(
     )
     expect(page.get_by_test_id("status")).to_have_attribute("data-state", "auth")
     assert serious_violations(page, secured.url) == []
+
+
+# An app page that opens the gateway's page and posts it the token when the page says it
+# is ready; BLIND posts it without waiting, to any origin (what a hostile opener would do).
+APP = """<!doctype html><html><body><script>
+  const target = %(target)s, token = %(token)s;
+  window.addEventListener("message", (event) => {
+    if (event.data && event.data.type === "context-stream:ready")
+      event.source.postMessage({ type: "context-stream:token", token }, event.origin);
+  });
+  const opened = window.open(target);
+  const post = () => opened.postMessage({ type: "context-stream:token", token }, "*");
+  if (%(blind)s) setInterval(post, 200);
+</script></body></html>"""
+
+
+def _opened_by_app(page: Page, app_origin: str, target: str, token: str, blind: bool) -> Page:
+    app = f"{app_origin}/__app.html"
+    body = APP % {"target": repr(target), "token": repr(token), "blind": str(blind).lower()}
+    # The gateway's pages are Cross-Origin-Opener-Policy: same-origin; an opener keeps its
+    # handle on them only with the same policy and origin (another origin never does).
+    headers = {} if blind else {"Cross-Origin-Opener-Policy": "same-origin"}
+    page.context.route(
+        app, lambda route: route.fulfill(body=body, content_type="text/html", headers=headers)
+    )
+    with page.context.expect_page() as opened:
+        page.goto(app)
+    popup = opened.value
+    popup.wait_for_load_state()
+    return popup
+
+
+def test_the_page_takes_its_token_from_its_app_never_from_a_link(
+    live_deployment: Deployment, secured: Gateway, feeder: Feeder, signer: Signer, page: Page
+) -> None:
+    key, log = "page-auth/handed", Log.read("example-system-prompts.jsonl")
+    feeder.send(key, log.lines)
+    wait_seq(live_deployment, key, log.seq_after(len(log.lines)))
+    token = signer.token(["page-auth/*"], sub="page-user")
+    stored = "() => sessionStorage.getItem('context-stream.access_token')"
+
+    # A shared link carrying a token is not a way in.
+    page.goto(f"{secured.url}/#access_token={token}")
+    expect(page.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+    assert page.evaluate(stored) is None
+
+    # The app of the page's own origin opens it and posts the token on its ready message.
+    target = f"{secured.url}/sessions/{key.replace('/', '%2F')}"
+    popup = _opened_by_app(page, secured.url, target, token, blind=False)
+    expect(popup.get_by_test_id("status")).to_have_attribute("data-state", "live")
+    expect(popup.get_by_test_id("seq")).to_have_text(f"seq {log.seq_after(len(log.lines))}")
+    assert popup.evaluate(stored) == token
+    popup.close()
+
+    # A window of another origin gets no ready message, and what it posts is ignored.
+    popup = _opened_by_app(page, "http://app.invalid", target, token, blind=True)
+    expect(popup.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+    popup.wait_for_timeout(1000)  # five blind posts later
+    expect(popup.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+    assert popup.evaluate(stored) is None
+    popup.close()
 
 
 def _number(value: float) -> str:

@@ -1,9 +1,11 @@
 // The live list of recently updated sessions: GET /sessions every 2 s (one small request
 // instead of a stream per row), filtered by the search box as a prefix.
 // Rows are keyed by session id and updated in place (texts, ring, order), so a row that
-// has keyboard focus keeps it while the list refreshes around it.
-import { authHeaders, SIGN_IN } from "./auth.js";
-import { ago, el, eventTime, levelOf, percentText, ring, setRing, tokens } from "./meter.js";
+// has keyboard focus keeps it while the list refreshes around it. The list is sorted by
+// when Redis took each update, so "updated … ago" is that time; the session's own event
+// time (which may be years old for replayed logs) is shown beside it, labelled.
+import { authHeaders, onToken, SIGN_IN, token } from "./auth.js";
+import { ago, el, eventDate, levelOf, percentText, ring, setRing, tokens } from "./meter.js";
 
 const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
 const form = $("search");
@@ -40,6 +42,7 @@ function makeRow(sessionId) {
     faults: el("span", { class: "badge fault" }),
     percent: el("span", { class: "session-percent" }),
     ago: el("span", { class: "session-ago" }),
+    event: el("span", { class: "session-event" }),
   };
   parts.li = el(
     "li",
@@ -50,8 +53,8 @@ function makeRow(sessionId) {
       parts.mini,
       el("span", { class: "session-main" }, parts.name, parts.sub),
       parts.faults,
-      parts.percent,
-      parts.ago,
+      el("span", { class: "session-fill" }, parts.percent, el("span", { class: "cell-caption", text: "of window" })),
+      el("span", { class: "session-when" }, parts.ago, parts.event),
     ),
   );
   return parts;
@@ -63,13 +66,13 @@ function setText(node, text) {
 
 function updateRow(parts, session) {
   setRing(parts.mini, session.percent, levelOf(session.percent));
-  setText(parts.sub, `${used(session.projectedTokens)} / ${tokens(session.contextWindow)} · seq ${session.seq ?? "—"}`);
+  setText(parts.sub, `${used(session.projectedTokens)} of ${tokens(session.contextWindow)} tokens · seq ${session.seq ?? "—"}`);
   parts.faults.hidden = !session.faults;
   setText(parts.faults, session.faults ? `${session.faults} fault${session.faults > 1 ? "s" : ""}` : "");
   setText(parts.percent, percentText(session.percent));
-  const at = eventTime(session, session.updatedAt);
-  parts.ago.dataset.updated = String(at ?? "");
-  setText(parts.ago, ago(at));
+  parts.ago.dataset.updated = String(session.updatedAt ?? "");
+  setText(parts.ago, session.updatedAt ? `updated ${ago(session.updatedAt)}` : "—");
+  setText(parts.event, Number.isInteger(session.time) ? `event time ${eventDate(session.time)}` : "");
 }
 
 function show(sessions) {
@@ -99,6 +102,7 @@ function show(sessions) {
 async function refresh() {
   const params = new URLSearchParams({ limit: "50" });
   if (input.value.trim()) params.set("prefix", input.value.trim());
+  const sent = token();
   let response;
   try {
     response = await fetch(`/sessions?${params}`, { headers: authHeaders({ Accept: "application/json" }) });
@@ -107,6 +111,7 @@ async function refresh() {
     announce("The gateway is unreachable.");
     return;
   }
+  if (token() !== sent) return; // answered for an older token: a newer refresh is on its way
   if (response.status === 401 || response.status === 400) {
     setStatus("auth", "not authorised");
     notice(SIGN_IN);
@@ -131,8 +136,15 @@ form.addEventListener("submit", (event) => {
   if (id) location.href = `/sessions/${encodeURIComponent(id)}`;
 });
 input.addEventListener("input", refresh);
-refresh();
-const timer = setInterval(refresh, 2000);
-function stop() {
-  clearInterval(timer);
+let timer = null;
+function start() {
+  stop();
+  refresh();
+  timer = setInterval(refresh, 2000);
 }
+function stop() {
+  if (timer !== null) clearInterval(timer);
+  timer = null;
+}
+onToken(start); // the app handed over a (new) token: list with it
+start();

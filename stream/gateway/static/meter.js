@@ -79,13 +79,21 @@ export function percentText(percent) {
   return percent === null ? "—" : `${percent.toFixed(1)}%`;
 }
 
+// How long ago, always relative ("3s ago", "5m ago", "2h ago", "4d ago").
 export function ago(ms, now = Date.now()) {
   if (!ms) return "—";
   const seconds = Math.max(0, Math.round((now - ms) / 1000));
   if (seconds < 60) return `${seconds}s ago`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
   if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
-  return new Date(ms).toLocaleString();
+  return `${Math.floor(seconds / 86400)}d ago`;
+}
+
+// An event time as a date, unambiguous in every locale: 2023-11-14 22:13 (local time).
+export function eventDate(ms) {
+  const d = new Date(ms);
+  const two = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${two(d.getHours())}:${two(d.getMinutes())}`;
 }
 
 const SVG = "http://www.w3.org/2000/svg";

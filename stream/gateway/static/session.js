@@ -6,8 +6,8 @@
 // reconnect ourselves with ?lastEventId= so the gateway still skips what we already have.
 // `event: expired` (the session expired) and `event: reauthenticate` (the token expired)
 // end the stream for good.
-import { authHeaders, SIGN_IN, withToken } from "./auth.js";
-import { ago, describe, el, eventTime, meter, percentText, ring, setRing, tokens } from "./meter.js";
+import { authHeaders, onToken, SIGN_IN, token, withToken } from "./auth.js";
+import { ago, describe, el, eventDate, meter, percentText, ring, setRing, tokens } from "./meter.js";
 
 const PREFIX = "/sessions/";
 const sessionId = decodeURIComponent(location.pathname.slice(PREFIX.length));
@@ -20,7 +20,7 @@ $("session-id").textContent = sessionId;
 document.title = `${sessionId} · context meter`;
 
 let lastId = null; // the last event id seen
-let shownAt = null; // the time the shown update stands for (epoch ms)
+let shownAt = null; // when the shown update arrived (epoch ms, this browser's clock)
 let source = null;
 let over = false; // expired, or not authorised: no more reconnecting
 let heard = null; // what the live region last said about the figures: {bucket, level, faults}
@@ -78,6 +78,15 @@ function render(update) {
   if (m.capacity === null) subline += " · window not reported yet";
   $("subline").textContent = subline;
 
+  // The bar is the composition of the heuristic estimate; say so, with both totals, so
+  // its full width is not read as a full window.
+  const estimate = m.rows.reduce((sum, r) => sum + r.tokens, 0);
+  $("composition").textContent = !known
+    ? "What fills it (estimated)"
+    : m.used === null
+      ? `What fills it: ~${tokens(estimate)} tokens estimated (shares of the estimate)`
+      : `What fills it: ~${tokens(estimate)} of the ~${tokens(m.used)} tokens estimated, as shares`;
+
   // Segments: relative proportions of the heuristic total; zero-width ones are not drawn.
   $("bar").replaceChildren(
     ...m.segments.map((s) =>
@@ -97,6 +106,7 @@ function render(update) {
         el("span", { class: `swatch seg-${r.key}`, "aria-hidden": "true" }),
         el("span", { class: "row-label", text: r.label }),
         el("span", { class: "row-value", text: known ? `~${tokens(r.tokens)}` : "—" }),
+        el("span", { class: "row-share", text: known && estimate ? `${Math.round(100 * r.share)}%` : "" }),
       ),
     ),
   );
@@ -128,7 +138,10 @@ function render(update) {
 }
 
 function show(update) {
-  shownAt = eventTime(update, Date.now());
+  shownAt = Date.now();
+  const event = $("event-time");
+  event.hidden = !Number.isInteger(update.time);
+  event.textContent = event.hidden ? "" : `event time ${eventDate(update.time)}`;
   render(update);
   tick();
   if (!over) setStatus("live", "live");
@@ -162,6 +175,7 @@ function expired() {
 
 // Why a request or the stream failed, and what to do next.
 async function check() {
+  const sent = token();
   let response;
   try {
     response = await fetch(`${PREFIX}${encodeURIComponent(sessionId)}/context`, {
@@ -171,6 +185,8 @@ async function check() {
     setStatus("down", "gateway unreachable");
     return null;
   }
+  // A token arrived meanwhile: this answer is about the old one, and start() runs anew.
+  if (token() !== sent) return null;
   if (response.status === 401 || response.status === 400) {
     unauthorised();
     return null;
@@ -213,10 +229,13 @@ function connect() {
 }
 
 async function start() {
+  over = false;
+  if (source) source.close();
   render(null);
   $("subline").textContent = "waiting for the first update…";
   const update = await check();
   if (update !== null) show(update);
   connect();
 }
+onToken(start); // the app handed over a (new) token: start over with it
 start();
