@@ -109,6 +109,7 @@ class GatewayConfig:
     max_field_bytes: int = 8190  # one header's value: room for a large JWT
     header_timeout: float = 15.0  # a request's line and headers must arrive within this
     max_connections: int = 4096  # open connections per process; more: 503 (0: no cap)
+    max_connections_per_address: int = 1024  # of one client address; more: 503 (0: no cap)
     # Streams.
     max_streams_per_subject: int = 64  # concurrent streams of one token subject (0: no cap)
     max_streams_per_address: int = 512  # concurrent streams of one client address (0: no cap)
@@ -159,6 +160,11 @@ class GatewayConfig:
                 env, "STREAM_GATEWAY_HEADER_TIMEOUT", cls.header_timeout, minimum=0.1
             ),
             max_connections=_int(env, "STREAM_GATEWAY_MAX_CONNECTIONS", cls.max_connections),
+            max_connections_per_address=_int(
+                env,
+                "STREAM_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS",
+                cls.max_connections_per_address,
+            ),
             max_streams_per_subject=_int(
                 env, "STREAM_GATEWAY_MAX_STREAMS_PER_SUBJECT", cls.max_streams_per_subject
             ),

@@ -9,8 +9,9 @@ that cannot be read stop it the same way.
 Slow and greedy clients: a request's line and headers must arrive within
 ``STREAM_GATEWAY_HEADER_TIMEOUT`` seconds of the connection opening (or of the previous
 answer on a kept-alive one), and a process holds at most
-``STREAM_GATEWAY_MAX_CONNECTIONS`` connections (``CappedSite``): one more is answered 503
-and closed before anything of it is read.
+``STREAM_GATEWAY_MAX_CONNECTIONS`` connections, and at most
+``STREAM_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS`` of one client address (``CappedSite``): one
+more is answered 503 and closed before anything of it is read.
 
 Logs never hold a token: the access log writes the path without its query string
 (``?access_token=`` is how EventSource sends one), refused tokens are logged by reason.
@@ -118,11 +119,14 @@ class _Counted(asyncio.Protocol):
         self.site = site
         self.make_handler = handler
         self.handler: asyncio.Protocol | None = None
+        self.address = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Decided here rather than when the protocol is made: asyncio makes the protocols
         # of a whole batch of accepted sockets before the first connection_made.
-        if not self.site.admit():
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not self.site.admit(self.address):
             if isinstance(transport, asyncio.WriteTransport):
                 transport.write(BUSY)
             transport.close()  # after the write is flushed
@@ -132,7 +136,7 @@ class _Counted(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.handler is not None:
-            self.site.open -= 1
+            self.site.release(self.address)
             self.handler.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -152,16 +156,25 @@ class _Counted(asyncio.Protocol):
 
 
 class CappedSite(web.BaseSite):
-    """``web.TCPSite`` with a cap on open connections (0: none). aiohttp has no such
-    setting: its server makes a handler for every connection it accepts, so the count is
-    kept here, around the handler aiohttp makes, with asyncio's public protocol API."""
+    """``web.TCPSite`` with caps on open connections, in all and per client address (0:
+    none). aiohttp has no such setting: its server makes a handler for every connection
+    it accepts, so the count is kept here, around the handler aiohttp makes, with
+    asyncio's public protocol API."""
 
     def __init__(
-        self, runner: web.BaseRunner, host: str, port: int, *, cap: int, backlog: int = 128
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        cap: int,
+        per_address: int = 0,
+        backlog: int = 128,
     ) -> None:
         super().__init__(runner, backlog=backlog)
-        self.host, self.port, self.cap = host, port, cap
+        self.host, self.port, self.cap, self.per_address = host, port, cap, per_address
         self.open = 0
+        self.addresses: dict[str, int] = {}
         self.refused = 0
         self._said = -float("inf")
 
@@ -169,21 +182,32 @@ class CappedSite(web.BaseSite):
     def name(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def admit(self) -> bool:
+    def admit(self, address: str) -> bool:
+        held = self.addresses.get(address, 0)
         if self.cap and self.open >= self.cap:
-            self.refused += 1
-            now = time.monotonic()
-            if now - self._said >= 60:  # a flood must not flood the log
-                logging.getLogger(__name__).warning(
-                    "gateway: %d connections open (STREAM_GATEWAY_MAX_CONNECTIONS): refusing"
-                    " more (%d refused so far)",
-                    self.open,
-                    self.refused,
-                )
-                self._said = now
-            return False
-        self.open += 1
-        return True
+            limit = f"{self.open} connections open (STREAM_GATEWAY_MAX_CONNECTIONS)"
+        elif self.per_address and held >= self.per_address:
+            limit = f"{held} connections from {address} (..._MAX_CONNECTIONS_PER_ADDRESS)"
+        else:
+            self.open += 1
+            self.addresses[address] = held + 1
+            return True
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._said >= 60:  # a flood must not flood the log
+            logging.getLogger(__name__).warning(
+                "gateway: %s: refusing more (%d refused so far)", limit, self.refused
+            )
+            self._said = now
+        return False
+
+    def release(self, address: str) -> None:
+        self.open -= 1
+        left = self.addresses.get(address, 1) - 1
+        if left > 0:
+            self.addresses[address] = left
+        else:
+            self.addresses.pop(address, None)
 
     async def start(self) -> None:
         await super().start()
@@ -310,7 +334,14 @@ async def _serve(
     await runner.setup()
     try:
         # backlog: bursts of reconnecting clients.
-        site = CappedSite(runner, bind, port, cap=config.max_connections, backlog=1024)
+        site = CappedSite(
+            runner,
+            bind,
+            port,
+            cap=config.max_connections,
+            per_address=config.max_connections_per_address,
+            backlog=1024,
+        )
         await site.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -33,10 +33,13 @@ class Gateway:
     @classmethod
     def start(cls, deployment: Deployment, *args: str, **env: str) -> "Gateway":
         """Started and healthy. Test clients all come from 127.0.0.1: the per-address
-        stream limit is lifted unless ``env`` sets it."""
+        stream and connection limits are lifted unless ``env`` sets them."""
         port = free_port()
         log_path = deployment.workdir / f"gateway-{port}.log"
-        env = {"STREAM_GATEWAY_MAX_STREAMS_PER_ADDRESS": "0"} | env
+        env = {
+            "STREAM_GATEWAY_MAX_STREAMS_PER_ADDRESS": "0",
+            "STREAM_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS": "0",
+        } | env
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [*SERVE, "--port", str(port), *args],

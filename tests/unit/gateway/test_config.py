@@ -20,6 +20,7 @@ def test_defaults_are_the_loopback_gateway_without_authentication() -> None:
     assert config.jwt_claim == "sessions" and config.jwt_leeway == 30.0
     assert (config.max_streams_per_subject, config.max_streams_per_address) == (64, 512)
     assert 0 < config.header_timeout <= 30 and config.max_connections == 4096
+    assert config.max_connections_per_address == 1024
     assert config.jwt_max_lifetime == 86_400
 
 
@@ -38,6 +39,7 @@ def test_keys_turn_authentication_on() -> None:
         "STREAM_GATEWAY_MAX_QUERY_BYTES": "4096",
         "STREAM_GATEWAY_HEADER_TIMEOUT": "2.5",
         "STREAM_GATEWAY_MAX_CONNECTIONS": "100",
+        "STREAM_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS": "0",
         "STREAM_GATEWAY_JWT_MAX_LIFETIME": "3600",
     }
     config = GatewayConfig.from_env(SETTINGS, env)
@@ -56,6 +58,7 @@ def test_keys_turn_authentication_on() -> None:
         100,
         3600.0,
     )
+    assert config.max_connections_per_address == 0
     off = GatewayConfig.from_env(SETTINGS, env | {"STREAM_GATEWAY_AUTH": "none"})
     assert not off.auth_on and off.auth_explicit
 

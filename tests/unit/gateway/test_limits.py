@@ -31,7 +31,13 @@ async def serving(**options: Any) -> AsyncIterator[tuple[CappedSite, int]]:
     app = build_app(Settings(redis_key_prefix="t:"), config, store=store, hub=fan)
     runner = web.AppRunner(app, shutdown_timeout=1, **handler_options(config))
     await runner.setup()
-    site = CappedSite(runner, "127.0.0.1", 0, cap=config.max_connections)
+    site = CappedSite(
+        runner,
+        "127.0.0.1",
+        0,
+        cap=config.max_connections,
+        per_address=config.max_connections_per_address,
+    )
     await site.start()
     try:
         yield site, runner.addresses[0][1]
@@ -139,6 +145,28 @@ async def _until(condition: Callable[[], bool], timeout: float = 5) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.01)
+
+
+def test_one_client_address_cannot_take_every_connection() -> None:
+    async def scenario() -> None:
+        async with serving(max_connections=6, max_connections_per_address=3) as (site, port):
+            greedy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+            reader, _ = await asyncio.open_connection("127.0.0.1", port)
+            data, _ = await _closed_after(reader, 5)
+            assert data.startswith(b"HTTP/1.1 503")
+            # Another client (another loopback source address) still gets in, up to three.
+            other = [
+                await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+                for _ in range(3)
+            ]
+            other[0][1].write(REQUEST)
+            assert (await other[0][0].readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            assert site.addresses == {"127.0.0.1": 3, "127.0.0.2": 3} and site.open == 6
+            for _, writer in (*greedy, *other):
+                writer.close()
+            await _until(lambda: site.open == 0 and not site.addresses)
+
+    run(scenario)
 
 
 def test_files_are_served_through_the_counted_connections() -> None:
