@@ -208,9 +208,9 @@ class GuardedBatch:
         except Exception as error:  # past the limit, or a batch that does not inflate
             yield self._unread(error)
             return
-        self._inflated[0] += sum(
-            len(record.value or b"") + len(record.key or b"") for record in records
-        )
+        # What the codec gave out (an uncompressed batch: its own size), not a sum per record.
+        compressed = batch.compression_type
+        self._inflated[0] += _LAST_OUTPUT[0] if compressed else len(self._raw)
         yield from records
 
     def _unread(self, error: Exception) -> UnreadRecord:
@@ -297,9 +297,16 @@ def install(bounds: Bounds) -> None:
     fetcher.MemoryRecords = GuardedRecords  # type: ignore[attr-defined]
 
 
+# The size of the last batch a bounded codec inflated. One fetch is unpacked at a time, on
+# the consumer's thread; GuardedBatch reads it right after the batch inflated.
+_LAST_OUTPUT = [0]
+
+
 def _bound(decoder: Callable[[Any, int], bytes], limit: int) -> Callable[[Any], bytes]:
     def decode(payload: Any) -> bytes:
-        return decoder(payload, limit)
+        out = decoder(payload, limit)
+        _LAST_OUTPUT[0] = len(out)
+        return out
 
     decode.__name__ = decoder.__name__
     return decode

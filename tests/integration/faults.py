@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -1001,6 +1001,19 @@ def consumer_lag(deployment: Deployment) -> dict[int, int]:
     }
 
 
+def end_offsets(deployment: Deployment) -> dict[int, int]:
+    """Per input partition, the offset the next record will get."""
+    return {p: high for p, (_, _, high) in _group_offsets(deployment).items()}
+
+
+def peak_rss(worker: Worker) -> int:
+    """The worker process' peak resident memory so far, in bytes (VmHWM)."""
+    assert worker.process is not None
+    status = Path(f"/proc/{worker.process.pid}/status").read_text()
+    (kib,) = re.findall(r"^VmHWM:\s+(\d+) kB$", status, re.M)
+    return int(kib) * 1024
+
+
 def committed(deployment: Deployment) -> dict[int, int]:
     """Per input partition, the group's committed offset (-1: none yet)."""
     return {p: done for p, (done, _, _) in _group_offsets(deployment).items()}
@@ -1541,12 +1554,21 @@ class PureFold:
     resets: int
 
 
-def pure_fold_of_topic(deployment: Deployment, limits: Any = None) -> PureFold:
+def pure_fold_of_topic(
+    deployment: Deployment,
+    limits: Any = None,
+    ceiling: Callable[[int, int], int] | None = None,
+) -> PureFold:
     """The model a hostile run is checked against, read back from the topic itself (so
-    records written by ``stream produce --reset`` are in it too)."""
+    records written by ``stream produce --reset`` are in it too).
+
+    ``ceiling``:
+    the highest claimed generation when the worker folded the record at (partition,
+    offset), where resets are checked against it; each partition is folded in runs of one
+    ceiling, the rows carried from run to run."""
+    from stream.session.batch import PARTITION_KEY, fold_batch
     from stream.session.batch import Limits as CoreLimits
     from stream.session.batch import Message as CoreMessage
-    from stream.session.batch import fold_batch
 
     records = deployment.consume_all(input_topic(deployment), timeout=120)
     by_partition: dict[int, list[Any]] = {}
@@ -1568,14 +1590,36 @@ def pure_fold_of_topic(deployment: Deployment, limits: Any = None) -> PureFold:
             )
             for r in found
         ]
-        result = fold_batch(messages, lambda key, partition: None, limits or CoreLimits())
-        for change in result.sessions:
+        base = limits or CoreLimits()
+        runs: list[tuple[Any, list[Any]]] = []
+        for message in messages:
+            at = (
+                base
+                if ceiling is None
+                else replace(base, reset_ceiling=ceiling(partition, message.offset))
+            )
+            if runs and runs[-1][0] == at:
+                runs[-1][1].append(message)
+            else:
+                runs.append((at, [message]))
+        rows: dict[tuple[int, bytes], bytes] = {}
+        changes: dict[str, Any] = {}
+        dead = 0
+        for at, run in runs:
+            result = fold_batch(run, lambda key, p, rows=rows: rows.get((p, key)), at)
+            for change in result.sessions:
+                rows[(change.partition, change.key)] = change.row
+                changes[change.session_id] = change
+            for part in result.partitions:
+                rows[(part.partition, PARTITION_KEY)] = part.row
+                dead = part.dead_lettered
+            resets += sum(1 for note in result.resets if note.applied)
+        for change in changes.values():
             updates[change.session_id] = change.update
             tally = change.tally
             totals["folded"] += tally.folded
             totals["duplicate"] += tally.duplicate
             totals["faulted"] += tally.faulted
             faulted += "faults" in change.update
-        totals["dead_lettered"] += sum(p.dead_lettered for p in result.partitions)
-        resets += sum(1 for note in result.resets if note.applied)
+        totals["dead_lettered"] += dead
     return PureFold(updates, totals, faulted, len(records), resets)

@@ -25,7 +25,8 @@ import pytest
 from stream.config import Settings
 from stream.contract.jsontext import MAX_DEPTH
 from stream.ops.admin import ensure_topics
-from stream.session.batch import RESET_HEADER
+from stream.session.batch import MAX_GENERATION, RESET_HEADER
+from stream.session.batch import Limits as CoreLimits
 from stream.testing import events as build
 from tests.generators.extreme import MAX_SAFE, extreme_messages
 from tests.generators.sessions import RawNumber
@@ -43,12 +44,17 @@ from tests.integration.faults import (
     assigned,
     changelog_restored,
     consumer_lag,
+    dead_letters,
     deep_array,
+    end_offsets,
+    garbage,
     hostile_traffic,
     input_topic,
     latest_output,
     nested_part,
+    peak_rss,
     probe_sessions,
+    produce,
     produce_in_steps,
     produce_now,
     producer_for,
@@ -513,7 +519,9 @@ def test_a_hostile_producer_cannot_stall_a_partition(
     committed offset reaches its end; Redis and the output topic hold, for every session,
     what the pure fold of the topic's records gives; Redis' totals and the worker's state
     figures add up to it; the clean sessions equal `stream fold`; the worker stays ready."""
-    deployment = _deployment(deployments, kafka_bootstrap, redis_url, tmp_path, 4)
+    deployment = _deployment(
+        deployments, kafka_bootstrap, redis_url, tmp_path, 4, STREAM_RESETS="1"
+    )
     rng = random.Random(1616)
     ledger = Ledger(input_topic(deployment))
     clean = session_traffic(rng, "clean", scaled(12, 60), (20, 80), garbage_rate=0)
@@ -526,6 +534,12 @@ def test_a_hostile_producer_cannot_stall_a_partition(
     raws.append((b"x-flood", None, [(RESET_HEADER, str(2**64).encode())]))
     log = [build.user_message(seq, build.texts(f"part {seq}"), time=seq) for seq in range(6)]
     raws.extend((b"gap", orjson.dumps(event), []) for n, event in enumerate(log) if n != 2)
+    # A reset naming a generation nobody claimed, mid-session: dead-lettered, and the
+    # session goes on updating under the deployment's generation (not frozen out of reach).
+    forged = [build.user_message(seq, build.texts(f"on {seq}"), time=seq) for seq in range(4)]
+    raws.extend((b"forged", orjson.dumps(event), []) for event in forged[:2])
+    raws.append((b"forged", None, [(RESET_HEADER, str(MAX_GENERATION).encode())]))
+    raws.extend((b"forged", orjson.dumps(event), []) for event in forged[2:])
     worker = deployment.start_worker("hostile")
     produce_now(deployment, ledger, clean)
     producer = producer_for(deployment)
@@ -534,6 +548,7 @@ def test_a_hostile_producer_cannot_stall_a_partition(
         producer.poll(0)
     assert producer.flush(60) == 0
     _caught_up(deployment, worker, "the hostile traffic committed to the end")
+    before_repair = end_offsets(deployment)
     gapped = deployment.redis_update("gap")
     assert gapped is not None and "gap: expected seq 2" in str(gapped["faults"])
 
@@ -544,9 +559,16 @@ def test_a_hostile_producer_cannot_stall_a_partition(
     deployment.stream("produce", "--reset", str(path))
     _caught_up(deployment, worker, "the repair committed to the end")
 
-    model = pure_fold_of_topic(deployment)
+    # Resets were checked against generation 1 (the deployment's) until the repair
+    # claimed 2 on the control topic.
+    model = pure_fold_of_topic(
+        deployment,
+        CoreLimits(reset_ceiling=1),
+        ceiling=lambda partition, offset: 1 if offset < before_repair[partition] else 2,
+    )
     wait_until(lambda: deployment.stats() == model.totals, 60, f"redis totals {model.totals}")
     sessions = sorted(model.updates)
+    assert model.updates["forged"]["seq"] == 3 and "faults" not in model.updates["forged"]
     assert redis_updates(deployment, sessions) == model.updates
     assert latest_output(deployment) == model.updates
     assert model.updates["gap"] == offline_fold([path])["gap"]
@@ -577,6 +599,43 @@ def test_a_hostile_producer_cannot_stall_a_partition(
         f"hostile producer: {model.records} records, {len(sessions)} sessions exact,"
         f" {model.faulted_sessions} faulted, {model.resets} resets applied; totals"
         f" {model.totals}; committed offsets at the end of every partition"
+    )
+
+
+def test_a_decompression_bomb_is_dead_lettered_and_memory_stays_bounded(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, deployments: list[Deployment]
+) -> None:
+    """A 900 MB value compressed by zstd to a record of tens of kilobytes (the broker takes
+    it: it checks the compressed size) among unseen traffic: the worker inflates no batch
+    past its bound, dead-letters the bomb with its reason, never exits, and its peak
+    resident memory stays under 768 MiB; every session and every count is exact."""
+    deployment = _deployment(deployments, kafka_bootstrap, redis_url, tmp_path, 2)
+    rng = random.Random(3838)
+    ledger = Ledger(input_topic(deployment))
+    worker = deployment.start_worker("bomb")
+    produce_now(deployment, ledger, session_traffic(rng, "before", 6, (20, 60), garbage_rate=0))
+    bomber = producer_for(
+        deployment, **{"compression.type": "zstd", "message.max.bytes": 1_000_000_000}
+    )
+    bomb = garbage(b"bomb", bytes(900_000_000), "bomb")
+    produce(bomber, input_topic(deployment), ledger, bomb)
+    assert bomber.flush(300) == 0 and not ledger.failed, ledger.failed
+    del bomb, bomber
+    produce_now(deployment, ledger, session_traffic(rng, "after", 6, (20, 60), garbage_rate=0))
+    verdict = verify(deployment, ledger, tmp_path, timeout=240)
+    ((partition, offset, _),) = ledger.dead_expected
+    letters = [d for d in dead_letters(deployment) if d.value() is not None]
+    (letter,) = letters
+    headers = {name: value for name, value in letter.headers() or []}
+    assert b"inflates past 4,000,000 bytes" in headers["reason"], headers
+    assert headers["source-offset"] == str(offset).encode()
+    assert len(letter.value()) <= 1024  # a bounded copy of the batch, not the payload
+    assert worker.probe("/readyz") == 200 and worker.starts == 1
+    peak = peak_rss(worker)
+    assert peak < 768 * 1024 * 1024, f"peak RSS {peak / 2**20:.0f} MiB"
+    say(
+        f"decompression bomb: dead-lettered at {partition}@{offset}, worker peak RSS"
+        f" {peak / 2**20:.0f} MiB; {verdict.line()}"
     )
 
 
