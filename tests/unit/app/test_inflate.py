@@ -154,3 +154,20 @@ def test_the_budget_leaves_the_rest_of_a_response_for_the_next_fetch() -> None:
     # 400 kB, 800 kB, then 1.2 MB crosses the budget: two batches wait for the next fetch
     assert [r.offset for r in records] == [0, 1, 2]
     assert next_offset == 3
+
+
+def test_install_reaches_every_name_aiokafka_calls() -> None:
+    """The names ``install`` replaces exist in the pinned aiokafka (an upgrade that moves
+    them fails here, not in production)."""
+    import importlib
+
+    inflate.install(inflate.Bounds(limit=LIMIT, budget=LIMIT))
+    fetcher = importlib.import_module(inflate.FETCHER_MODULE)
+    assert fetcher.MemoryRecords is GuardedRecords
+    for name in inflate.CODEC_MODULES:
+        module = importlib.import_module(name)
+        found = [n for n in inflate.DECODERS if hasattr(module, n)]
+        assert found, name
+        for decoder in found:
+            assert getattr(module, decoder).__module__ == inflate.__name__, (name, decoder)
+    assert hasattr(importlib.import_module(inflate.CODEC_MODULES[0]), "zstd_decode")
