@@ -53,6 +53,10 @@ class Metrics:
     redis_seconds: Histogram
     loop_cpu: Counter
     produce_to_redis: Histogram
+    event_to_redis: Histogram
+    rebalances: Counter
+    restore_remaining: Gauge
+    recovering: Gauge
     redelivered: Counter
     quarantined: Counter
     lag: Gauge
@@ -132,6 +136,32 @@ class Metrics:
                 "stream_produce_to_redis_seconds",
                 "From the input record's timestamp to its update written",
                 buckets=seconds,
+                registry=r,
+            ),
+            # Record end-to-end latency in Kafka Streams' sense, from the event's own time:
+            # one observation per published update (its session's latest event), so a
+            # batch of many sessions weighs as many. Producer clocks are not ours: a clock
+            # ahead counts as 0, a replayed old log lands in +Inf.
+            event_to_redis=Histogram(
+                "stream_event_to_redis_seconds",
+                "From the event time (the latest event's `time`) of each published update"
+                " to its Redis write done (or queued while stream_redis_retrying)",
+                buckets=(*seconds, 30, 60, 300, 900, 3600),
+                registry=r,
+            ),
+            rebalances=Counter(
+                "stream_rebalances", "Group rebalances completed by this worker", registry=r
+            ),
+            restore_remaining=Gauge(
+                "stream_restore_remaining_records",
+                "Changelog records still to restore into RocksDB, for active and standby"
+                " partitions (Faust's recovery; read every 10 s)",
+                ["kind"],
+                registry=r,
+            ),
+            recovering=Gauge(
+                "stream_recovering",
+                "1 while the worker restores its tables after a rebalance (batches wait)",
                 registry=r,
             ),
             redelivered=Counter(
@@ -246,6 +276,8 @@ class Metrics:
             m.retired.labels(outcome)
         for how in ("swept", "by_event"):
             m.sessions_expired.labels(how)
+        for kind in ("active", "standby"):
+            m.restore_remaining.labels(kind)
         return m
 
     # -- updates from the agent --------------------------------------------------------
@@ -276,8 +308,13 @@ class Metrics:
             self.quarantined.inc(result.quarantined)
         for message in messages:
             self.positions[message.partition] = message.offset + 1
+        now = time.time()
         if stamp:
-            self.produce_to_redis.observe(max(0.0, time.time() - stamp))
+            self.produce_to_redis.observe(max(0.0, now - stamp))
+        for change in result.sessions:
+            record = change.record
+            if record is not None and record.time is not None:
+                self.event_to_redis.observe(max(0.0, now - record.time / 1000))
 
     def observe_loop_cpu(self, fold: float, kafka: float, redis: float | None) -> None:
         """The loop thread's CPU seconds during a batch's fold, Kafka delivery and Redis
@@ -318,6 +355,7 @@ class Metrics:
         """Gauges read on a timer (cheap enough every 10 s)."""
         self.assigned_partitions.set(len(self.assigned))
         self.rocksdb_bytes.set(_size(Path(settings.state_dir)))
+        self.observe_recovery(getattr(getattr(app, "tables", None), "recovery", None))
         consumer = getattr(app, "_consumer", None)
         if consumer is None:
             return
@@ -342,9 +380,25 @@ class Metrics:
             self.committed_lag.remove(str(partition))
         self.refresh_live()
 
+    def observe_recovery(self, recovery: Any) -> None:
+        """Faust's table recovery (``app.tables.recovery``; None: not started): whether
+        it runs and how many changelog records it still has to read."""
+        if recovery is None:
+            return
+        try:
+            active = recovery.active_remaining_total()
+            standby = recovery.standby_remaining_total()
+        except Exception:  # highwaters not known yet mid-rebalance: keep the last figures
+            return
+        self.recovering.set(1 if getattr(recovery, "in_recovery", False) else 0)
+        self.restore_remaining.labels("active").set(max(0, active))
+        self.restore_remaining.labels("standby").set(max(0, standby))
+
     def forget_progress(self) -> None:
-        """A new assignment: stalls are counted from it, and partitions that moved away
-        leave the exported series."""
+        """A new assignment (called once per completed rebalance, so it counts them):
+        stalls are counted from it, and partitions that moved away leave the exported
+        series."""
+        self.rebalances.inc()
         for partition in self.progress:
             self.stalled.remove(str(partition))
             self.committed_lag.remove(str(partition))

@@ -1,0 +1,71 @@
+"""The worker's end-to-end latency from event time, rebalances and restore progress."""
+
+import time
+from typing import Any
+
+import orjson
+
+from stream.config import Settings
+from stream.ops.metrics import Metrics
+from stream.session.batch import Message, fold_batch
+from stream.testing import events as build
+
+
+def test_every_published_update_observes_its_latest_event_time() -> None:
+    m = Metrics.create(Settings())
+    now_ms = int(time.time() * 1000)
+    old = [build.user_message(0, build.texts("x"), time=now_ms - 120_000)]
+    new = [build.user_message(0, build.texts("y"), time=now_ms - 2_000)]
+    ahead = [build.user_message(0, build.texts("z"), time=now_ms + 3_600_000)]
+    messages = [
+        Message(b"a", orjson.dumps(old), "events", 0, 0),
+        Message(b"b", orjson.dumps(new), "events", 0, 1),
+        Message(b"c", orjson.dumps(ahead), "events", 0, 2),
+    ]
+    result = fold_batch(messages, lambda key, _: None)
+    m.observe_batch(messages, result)
+
+    def bucket(le: str) -> float | None:
+        return m.registry.get_sample_value("stream_event_to_redis_seconds_bucket", {"le": le})
+
+    assert m.registry.get_sample_value("stream_event_to_redis_seconds_count") == 3
+    assert bucket("0.001") == 1  # the clock ahead counts as 0, never negative
+    assert bucket("1.0") == 1
+    assert bucket("5.0") == 2  # two seconds old
+    assert bucket("60.0") == 2
+    assert bucket("300.0") == 3  # two minutes old
+
+
+class _Recovery:
+    def __init__(self, active: int, standby: int, running: bool) -> None:
+        self.active, self.standby, self.in_recovery = active, standby, running
+
+    def active_remaining_total(self) -> int:
+        return self.active
+
+    def standby_remaining_total(self) -> int:
+        return self.standby
+
+
+class _Unknown:
+    in_recovery = True
+
+    def active_remaining_total(self) -> Any:
+        raise KeyError("no highwater yet")
+
+
+def test_restore_progress_and_rebalances_are_exported() -> None:
+    m = Metrics.create(Settings())
+    sample = m.registry.get_sample_value
+    m.observe_recovery(_Recovery(1200, 40, True))
+    assert sample("stream_recovering") == 1
+    assert sample("stream_restore_remaining_records", {"kind": "active"}) == 1200
+    assert sample("stream_restore_remaining_records", {"kind": "standby"}) == 40
+    m.observe_recovery(_Unknown())  # the last figures stay
+    assert sample("stream_restore_remaining_records", {"kind": "active"}) == 1200
+    m.observe_recovery(_Recovery(-1, 0, False))  # done; Faust's -1 is not a figure
+    assert sample("stream_recovering") == 0
+    assert sample("stream_restore_remaining_records", {"kind": "active"}) == 0
+    m.forget_progress()
+    m.forget_progress()
+    assert sample("stream_rebalances_total") == 2
