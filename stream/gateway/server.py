@@ -127,8 +127,10 @@ class _Counted(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         if not self.site.admit(self.address):
-            if isinstance(transport, asyncio.WriteTransport):
-                transport.write(BUSY)
+            # By duck type: uvloop's transports write but are no asyncio.WriteTransport.
+            write = getattr(transport, "write", None)
+            if write is not None:
+                write(BUSY)
             transport.close()  # after the write is flushed
             return
         self.handler = self.make_handler()

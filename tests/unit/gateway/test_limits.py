@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import uvloop
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
@@ -54,7 +55,11 @@ async def _closed_after(reader: asyncio.StreamReader, limit: float) -> tuple[byt
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    """On asyncio's loop and on uvloop's (the worker's; its transports are no asyncio
+    ``WriteTransport``, which once kept the 503 from being written)."""
     asyncio.run(scenario())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
 
 
 def test_a_half_sent_request_is_closed_within_the_header_timeout() -> None:
