@@ -74,7 +74,8 @@ def run_worker(args: argparse.Namespace) -> int:
         app = Worker.start(settings).app
     except (KafkaException, RuntimeError) as error:
         print(
-            f"stream worker: cannot prepare topics on {settings.bootstrap_servers}: {error}",
+            f"stream worker: cannot prepare topics on {settings.bootstrap_servers}"
+            f" (KAFKA_BOOTSTRAP_SERVERS): {error}",
             file=sys.stderr,
         )
         return 1

@@ -13,6 +13,7 @@ from rich.text import Text
 from stream.cli.watch import (
     BAR_WIDTH,
     SEGMENT_STYLE,
+    Changes,
     _print_line,
     describe,
     json_line,
@@ -205,3 +206,24 @@ def test_print_line_writes_safe_text(capsys: pytest.CaptureFixture[str]) -> None
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "\x1b" not in lines[0] and "s\\x1b[2J seq 123" in lines[0]
     assert orjson.loads(lines[1]) == update  # JSON escapes control characters itself
+
+
+def test_changed_skips_a_later_seq_with_the_same_figures() -> None:
+    changes = Changes()
+    first = EXAMPLE | {"seq": 10, "time": 1}
+    assert changes.new("s", first)
+    assert not changes.new("s", first | {"seq": 11, "time": 2})  # same figures, later seq
+    moved = first | {"tokenUsage": {**first["tokenUsage"], "outputTokens": 1}}
+    assert changes.new("s", moved)
+    assert changes.new("other", first)  # per session
+    changes.forget("s")  # expired: its next life prints from the start
+    assert changes.new("s", moved)
+
+
+def test_changed_is_bounded_and_forgets_the_stalest_first() -> None:
+    changes = Changes(limit=2)
+    for session in ("a", "b", "c"):
+        assert changes.new(session, EXAMPLE)
+    assert list(changes.shown) == ["b", "c"]
+    assert changes.new("a", EXAMPLE)  # forgotten: printed again, never missed
+    assert not changes.new("c", EXAMPLE)
