@@ -10,7 +10,7 @@ import pytest
 
 from stream.contract.events import read_event
 from stream.contract.storage import expand
-from stream.session import codec, processor
+from stream.session import codec
 from stream.session.processor import (
     PROJECTIONS,
     Fault,
@@ -18,6 +18,7 @@ from stream.session.processor import (
     SessionRecord,
     faults,
     process,
+    process_run,
     update,
     views,
 )
@@ -335,9 +336,6 @@ ROW = build.chunk_row("text-chunks", 8, 0, ["a", "b", "c", "d"], dt=[1, 1, 1])
     ],
 )
 def test_process_run_equals_processing_each_event(prefix: list[Any]) -> None:
-    process_run = getattr(processor, "process_run", None)
-    if process_run is None:
-        pytest.skip("no process_run in this version")
     one_by_one = run(prefix)
     for raw_event in expand(ROW):
         process(one_by_one, read_event(raw_event))
