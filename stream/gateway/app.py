@@ -46,6 +46,7 @@ from stream.gateway.auth import (
 from stream.gateway.config import GatewayConfig
 from stream.gateway.hub import Hub
 from stream.gateway.meter import summary
+from stream.gateway.metrics import METRICS, GatewayMetrics, served
 from stream.gateway.store import RedisStore, Store, Stored, connect
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,10 @@ def _authenticated(
         try:
             grant = await _grant(request, query_token=query_token)
         except Refused as refused:
-            return refused.response
+            response = refused.response
+            challenge = response.headers.get("WWW-Authenticate", "")
+            request.app[METRICS].refused(response.status, challenge)
+            return response
         return await handler(request, grant)
 
     return wrapped
@@ -513,6 +517,8 @@ def build_app(
     app[OPTIONS] = options
     app[VERIFIER] = verifier if verifier is not None else verifier_of(options)
     app[STREAMS] = StreamCounts(options.max_streams_per_subject, options.max_streams_per_address)
+    app[METRICS] = GatewayMetrics(app)
+    app.cleanup_ctx.append(served(settings.metrics_bind, options.metrics_port))
     if store is None or hub is None:
         app.cleanup_ctx.append(_redis)
     else:

@@ -117,6 +117,8 @@ class GatewayConfig:
     # Listings: what one ``GET /sessions`` may cost Redis.
     list_scan: int = SCAN  # recent-set entries a listing looks at (one ZREVRANGE)
     list_limit: int = 500  # most rows one listing returns (one pipeline of HGETs)
+    # Prometheus: /metrics on this port of STREAM_METRICS_BIND (0: off), never the public one.
+    metrics_port: int = 0
 
     @property
     def auth_on(self) -> bool:
@@ -175,6 +177,7 @@ class GatewayConfig:
                 env, "STREAM_GATEWAY_STREAM_IDLE_SECONDS", cls.stream_idle_seconds
             ),
             list_scan=_int(env, "STREAM_GATEWAY_LIST_SCAN", cls.list_scan, 1),
+            metrics_port=_int(env, "STREAM_GATEWAY_METRICS_PORT", cls.metrics_port),
         )
         return replace(config, **changes)
 
