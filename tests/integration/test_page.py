@@ -116,8 +116,8 @@ def expected(update: dict[str, Any]) -> dict[str, Any]:
         "segments": [[k, str(breakdown[k])] for k in labels if breakdown.get(k)],
         "rows": [f"{label}~{breakdown.get(k, 0):,}{share(k)}" for k, label in labels.items()],
         # The bar is the estimate's composition, and says so with both totals.
-        "composition": f"What fills it: ~{estimate:,} of the ~{pressure['projectedTokens']:,}"
-        " tokens estimated, as shares",
+        "composition": f"What fills it: shares of an estimated ~{estimate:,} tokens"
+        f" (headline ~{pressure['projectedTokens']:,})",
         "usage": [
             f"{label}{usage.get(k, 0):,}"
             for k, label in (

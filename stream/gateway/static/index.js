@@ -52,7 +52,7 @@ function makeRow(sessionId) {
       { href: `/sessions/${encodeURIComponent(sessionId)}` },
       parts.mini,
       el("span", { class: "session-main" }, parts.name, parts.sub),
-      parts.faults,
+      el("span", { class: "session-faults" }, parts.faults), // a cell even when no badge shows
       el("span", { class: "session-fill" }, parts.percent, el("span", { class: "cell-caption", text: "of window" })),
       el("span", { class: "session-when" }, parts.ago, parts.event),
     ),

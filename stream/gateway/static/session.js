@@ -84,8 +84,8 @@ function render(update) {
   $("composition").textContent = !known
     ? "What fills it (estimated)"
     : m.used === null
-      ? `What fills it: ~${tokens(estimate)} tokens estimated (shares of the estimate)`
-      : `What fills it: ~${tokens(estimate)} of the ~${tokens(m.used)} tokens estimated, as shares`;
+      ? `What fills it: shares of an estimated ~${tokens(estimate)} tokens`
+      : `What fills it: shares of an estimated ~${tokens(estimate)} tokens (headline ~${tokens(m.used)})`;
 
   // Segments: relative proportions of the heuristic total; zero-width ones are not drawn.
   $("bar").replaceChildren(
