@@ -55,6 +55,7 @@ class Metrics:
     produce_to_redis: Histogram
     event_to_redis: Histogram
     rebalances: Counter
+    committed_records: Counter
     restore_remaining: Gauge
     recovering: Gauge
     redelivered: Counter
@@ -151,6 +152,12 @@ class Metrics:
             ),
             rebalances=Counter(
                 "stream_rebalances", "Group rebalances completed by this worker", registry=r
+            ),
+            committed_records=Counter(
+                "stream_committed_records",
+                "Input records whose offsets this worker committed (the committed offsets'"
+                " advance, seen every 10 s; a partition moving in counts from there)",
+                registry=r,
             ),
             restore_remaining=Gauge(
                 "stream_restore_remaining_records",
@@ -410,6 +417,8 @@ class Metrics:
         """Track whether a partition's committed offset moves while records wait."""
         self.committed_lag.labels(str(partition)).set(waiting)
         held = self.progress.get(partition)
+        if held is not None and held[0] is not None and committed is not None:
+            self.committed_records.inc(max(0, committed - held[0]))
         if held is None or held[0] != committed or not waiting:
             self.progress[partition] = (committed, now, waiting, now)
         else:

@@ -69,3 +69,17 @@ def test_restore_progress_and_rebalances_are_exported() -> None:
     m.forget_progress()
     m.forget_progress()
     assert sample("stream_rebalances_total") == 2
+
+
+def test_committed_records_count_the_committed_offsets_advance() -> None:
+    m = Metrics.create(Settings())
+    m.observe_progress(0, None, 10, 0.0)  # nothing committed yet: no base
+    m.observe_progress(0, 99, 10, 10.0)  # the first commit seen: the base
+    m.observe_progress(0, 149, 10, 20.0)
+    m.observe_progress(1, 7, 0, 20.0)
+    m.observe_progress(0, 149, 10, 30.0)
+    assert m.registry.get_sample_value("stream_committed_records_total") == 50
+    m.forget_progress()  # a rebalance: partitions count from their new base
+    m.observe_progress(0, 400, 0, 40.0)
+    m.observe_progress(0, 410, 0, 50.0)
+    assert m.registry.get_sample_value("stream_committed_records_total") == 60
