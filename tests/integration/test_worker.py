@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from stream.contract.jsontext import dumps
 from stream.ops.admin import create_topic
+from tests.integration.faults import assigned
 from tests.integration.harness import (
     EXAMPLE_LOG,
     Deployment,
@@ -224,13 +225,24 @@ def test_two_workers_split_the_partitions_and_stay_exact(
     total = event_count(paths)
     a = deployment.start_worker("a")
     b = deployment.start_worker("b")
-    wait_until(lambda: "Ready" in a.log().split("Ready", 1)[-1] or True, 1, "rebalance")
+    # Produce only once b has joined: a owning all four partitions would fold everything.
+    wait_until(
+        lambda: _split(assigned(a), assigned(b), deployment.partitions),
+        120,
+        f"a and b to split the {deployment.partitions} partitions",
+        every=0.5,
+    )
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
     folded = 'stream_events_total{outcome="folded"}'
     assert a.metrics()[folded] > 0 and b.metrics()[folded] > 0
     assert a.metrics()[folded] + b.metrics()[folded] == deployment.stats()["folded"]
     _assert_exact(deployment, expected)
+
+
+def _split(a: list[int], b: list[int], partitions: int) -> bool:
+    """Both workers own partitions, and together every one exactly once."""
+    return bool(a) and bool(b) and sorted(a + b) == list(range(partitions))
 
 
 def test_rows_live_in_the_changelog_partition_of_their_input_partition(
