@@ -10,7 +10,8 @@ fold. Order of duty:
    committed past.
 2. Redis, a cache of the output topic: written in one round trip. A transient failure
    — Redis unreachable, or refusing writes for a while: out of memory (OOM), persistence
-   failing (MISCONF), loading, a failover — hands the updates to a background writer
+   failing (MISCONF), loading, a failover, its function library gone while the worker's
+   user may not load it — hands the updates to a background writer
    (coalesced per session, newest version wins) and the batch goes on, so an outage never
    stalls consumption or drops the worker from its group. The queue is bounded in
    sessions and in bytes: past either bound batches are held until it is back under half
@@ -105,6 +106,10 @@ OUTAGES = {
     "masterdown": "a replica without its primary",
     "busy": "busy running a script",
     "cluster": "a cluster down or resharding",
+    # Redis came back empty and the worker's user may not load its functions (note 005).
+    "library": "lacks the worker's function library and the worker's user may not load it:"
+    " waiting for the loader (the chart's loader sidecar, REDIS_LOADER_URL) or an admin"
+    " to load it",
 }
 
 

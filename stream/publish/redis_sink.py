@@ -22,16 +22,20 @@ Errors are sorted (``outage_kind``): a connection that fails is transient (the c
 retries), and so is a server that answers but refuses writes for a while — out of memory
 (``OOM``: ``maxmemory`` reached under ``noeviction``), persistence failing (``MISCONF``),
 loading its dataset (``LOADING``), a replica or a failover (``READONLY``, ``MASTERDOWN``),
-a script running (``BUSY``). Everything else Redis answers with (bad password, WRONGTYPE on
-a foreign key, a script error, a library this user may not load) is permanent and must stop
-the worker loudly rather than loop.
+a script running (``BUSY``), and Redis lacking the function library while this user may
+not load it (``LibraryMissing``: the loader, or an admin, loads it). Everything else Redis
+answers with (bad password, WRONGTYPE on a foreign key, a script error, a
+``REDIS_LOADER_URL`` whose user may not load) is permanent and must stop the worker loudly
+rather than loop.
 
 The library's name carries a hash of its code (``LIBRARY_NAME``), and so do its functions'
 names: a worker calls exactly the code it was built with, and during a rolling upgrade old
 and new workers each find their own version loaded side by side. Redis lacking it (first
 use, a restart that came back empty) answers "Function not found"; the sink then loads it
 (``FUNCTION LOAD REPLACE``, on every master of a cluster) as ``REDIS_LOADER_URL``'s user, or
-as its own when unset, and runs the batch again (note 005).
+as its own when unset, and runs the batch again (note 005). When its own user may not load
+it, the sink reports an outage (``LibraryMissing``) until someone else has:
+``stream.publish.loader`` keeps it loaded (the chart's loader sidecar).
 """
 
 import hashlib
@@ -273,6 +277,11 @@ class PermanentRedisError(RuntimeError):
     """Redis refused in a way retrying cannot fix; the message says what to change."""
 
 
+class LibraryMissing(RuntimeError):
+    """Redis lacks the function library and the sink's own user may not load it: an outage
+    that ends when the loader (``stream.publish.loader``) or an admin loads it."""
+
+
 def _server_text(error: rx.ResponseError) -> str:
     """What the server answered, only: a pipeline's annotation quotes the command, whose
     arguments (session ids, payloads) are data and must not decide anything."""
@@ -283,7 +292,10 @@ def _server_text(error: rx.ResponseError) -> str:
 def outage_kind(error: BaseException) -> str | None:
     """The kind of outage an error is ("connection", "timeout", "oom", "misconf",
     "loading", "readonly", "masterdown", "busy", "cluster"), or None when no retry fixes
-    it (a bad password, WRONGTYPE, a script error, a bug)."""
+    it (a bad password, WRONGTYPE, a script error, a bug); "library" for
+    ``LibraryMissing``."""
+    if isinstance(error, LibraryMissing):
+        return "library"
     if isinstance(error, rx.AuthenticationError | rx.AuthorizationError):
         return None  # subclasses of ConnectionError/ResponseError, but no retry helps
     if isinstance(error, rx.OutOfMemoryError):
@@ -370,6 +382,29 @@ def connect(settings: Settings, client_name: str = "stream-worker", url: str = "
     return aioredis.Redis.from_url(target, **options)
 
 
+async def load_library(client: Client) -> None:
+    """``FUNCTION LOAD REPLACE`` the library (a cluster client sends it to every master)."""
+    await client.function_load(LIBRARY, replace=True)
+
+
+async def lacking_library(client: Client) -> list[str]:
+    """The servers that lack this code's library (``FUNCTION LIST LIBRARYNAME``): of a
+    cluster every master asked on its own, so one that came back empty is named."""
+    if isinstance(client, AsyncRedisCluster):
+        await client.initialize()
+        lacking = []
+        for node in client.get_primaries():
+            found = await client.execute_command(
+                "FUNCTION LIST", "LIBRARYNAME", LIBRARY_NAME, target_nodes=node
+            )
+            if isinstance(found, dict):  # redis-py's per-node answer
+                found = next(iter(found.values()), [])
+            if not found:
+                lacking.append(node.name)
+        return lacking
+    return [] if await client.function_list(library=LIBRARY_NAME) else ["redis"]
+
+
 class RedisSink:
     """Writes batches of updates and dead-letter counts, one round trip per batch."""
 
@@ -382,6 +417,7 @@ class RedisSink:
         self.drop_function = FUNCTIONS[f"session_drop{sharded}"]
         self.dead_function = FUNCTIONS["dead_write"]
         self.retired_function = FUNCTIONS["retired_write"]
+        self._refused = ""  # why the sink's own user may not load the library, once known
 
     async def write(
         self,
@@ -498,21 +534,29 @@ class RedisSink:
         return list(await pipe.execute(raise_on_error=True))
 
     async def _load_library(self) -> None:
-        """``FUNCTION LOAD REPLACE`` the library (a cluster client sends it to every master) as
-        ``REDIS_LOADER_URL``'s user, or the sink's own when unset. Refused: permanent, with
-        what to change."""
+        """``FUNCTION LOAD REPLACE`` the library (``load_library``) as ``REDIS_LOADER_URL``'s
+        user, or the sink's own when unset. ``REDIS_LOADER_URL``'s user refused: permanent
+        (a bad configuration). The sink's own refused: ``LibraryMissing``, an outage until the
+        loader or an admin loads it (asked once: a refusal is an ACL LOG entry each time)."""
         loader_url = self.settings.redis_loader_url
+        if not loader_url and self._refused:
+            raise LibraryMissing(self._refused)
         loader = connect(self.settings, "stream-loader", loader_url) if loader_url else self.client
         try:
-            await loader.function_load(LIBRARY, replace=True)
+            await load_library(loader)
         except rx.NoPermissionError as error:
-            who = "REDIS_LOADER_URL's user" if loader_url else "the worker's Redis user"
-            raise PermanentRedisError(
-                f"Redis lacks the function library {LIBRARY_NAME} and {who} may not load it"
-                f" ({error}): set REDIS_LOADER_URL to a user allowed +function|load, or load"
-                " it once as an admin: python -m stream.publish.redis_sink"
+            if loader_url:
+                raise PermanentRedisError(
+                    f"Redis lacks the function library {LIBRARY_NAME} and REDIS_LOADER_URL's"
+                    f" user may not load it ({error}): give that user +function|load"
+                    " (helm/context-stream/files/redis-acl.conf, context-stream-loader)"
+                ) from error
+            self._refused = (
+                f"{LIBRARY_NAME} missing, {error}; loaded by python -m stream.publish.loader"
+                " (the chart's loader sidecar) or an admin: python -m stream.publish.redis_sink"
                 " | redis-cli -x FUNCTION LOAD REPLACE"
-            ) from error
+            )
+            raise LibraryMissing(self._refused) from error
         finally:
             if loader is not self.client:
                 await loader.aclose()

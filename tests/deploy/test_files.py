@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from stream.config import Settings
+from stream.publish.loader import interval_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -62,6 +63,7 @@ class _Recorder(Mapping[str, str]):
 def _read_names() -> set[str]:
     recorder = _Recorder()
     Settings.from_env(recorder)
+    interval_of(recorder)  # the Redis loader's own (the chart's loader sidecar)
     try:  # the gateway's own settings (authentication, hosts, limits)
         from stream.gateway.config import GatewayConfig
     except ImportError:  # not landed yet: AHEAD_OF_THE_CODE below
@@ -531,6 +533,9 @@ def test_ci_value_sets_exist() -> None:
 
 ACL_FILE = CHART / "files" / "redis-acl.conf"
 NAMESPACE = "context-stream"
+# The cluster version renders are made for (deploy/chart-check.sh's RENDER_VERSION): the
+# least with native sidecars, which the Redis loader is.
+KUBE_VERSION = "1.29.0"
 
 
 def _helm() -> str | None:
@@ -548,7 +553,7 @@ needs_helm = pytest.mark.skipif(
 def _render(values: str = "", *sets: str) -> tuple[dict[str, Any], ...]:
     """``helm template`` of the chart (release "r") with a ci value set and ``--set``s."""
     argv = [_helm() or "helm", "template", "r", str(CHART), "--namespace", NAMESPACE]
-    argv += ["--kube-version", "1.27.0"]
+    argv += ["--kube-version", KUBE_VERSION]
     if values:
         argv += ["-f", str(CHART / "ci" / f"{values}-values.yaml")]
     for assignment in sets:
@@ -829,7 +834,7 @@ def test_the_jwks_host_is_the_gateways_only_other_egress() -> None:
 def _refusal(path: Path, *flags: str) -> str:
     """The error of ``helm template`` with a value set that must not render."""
     argv = [_helm() or "helm", "template", "r", str(CHART), "--namespace", NAMESPACE]
-    argv += ["--kube-version", "1.27.0", "-f", str(path), *flags]
+    argv += ["--kube-version", KUBE_VERSION, "-f", str(path), *flags]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode != 0, f"{path.name} rendered although it must fail"
     return done.stderr
@@ -857,7 +862,7 @@ def test_the_refused_value_sets_fail_for_their_reason(path: Path) -> None:
 @functools.cache
 def _render_file(path: Path, *sets: str) -> tuple[dict[str, Any], ...]:
     argv = [_helm() or "helm", "template", "r", str(CHART), "--namespace", NAMESPACE]
-    argv += ["--kube-version", "1.27.0", "-f", str(path)]
+    argv += ["--kube-version", KUBE_VERSION, "-f", str(path)]
     for assignment in sets:
         argv += ["--set", assignment]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
@@ -980,13 +985,84 @@ def test_the_docs_quote_the_redis_acl_rules() -> None:
     """docs/deploy.md shows the rules tests/integration/test_redis_acl.py checks."""
     docs = (ROOT / "docs" / "deploy.md").read_text()
     users = _acl_users()
-    assert set(users) == {"context-stream", "context-stream-gateway"}
+    assert set(users) == {"context-stream", "context-stream-gateway", "context-stream-loader"}
     for line in users.values():
         assert line in docs, f"docs/deploy.md does not quote: {line}"
 
 
 def test_the_acl_users_are_the_ones_the_value_sets_name() -> None:
     values = yaml.safe_load((CHART / "ci" / "all-values.yaml").read_text())
-    names = {values["redis"]["auth"]["username"], values["gateway"]["redis"]["auth"]["username"]}
+    names = {
+        values["redis"]["auth"]["username"],
+        values["gateway"]["redis"]["auth"]["username"],
+        values["redis"]["loader"]["username"],
+    }
     assert names == set(_acl_users())
+    assert _values()["redis"]["loader"]["username"] == values["redis"]["loader"]["username"]
     assert values.get("redis", {}).get("keyPrefix", _values()["redis"]["keyPrefix"]) == "ctx:"
+
+
+def _secrets_of(container: dict[str, Any], pod: dict[str, Any]) -> set[str]:
+    """The Secrets a container can read: its env references and its mounted volumes."""
+    named = {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for e in container.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    mounts = {m["name"] for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    secret = [volumes.get(m, {}).get("secret") for m in mounts]  # "state": a claim
+    return named | {s["secretName"] for s in secret if s}
+
+
+@needs_helm
+@pytest.mark.parametrize("values", ["all", "production"])
+def test_the_loader_is_a_sidecar_and_its_secret_only_its_own(values: str) -> None:
+    """The loader runs beside the worker for the pod's life (a native sidecar, restarted on
+    its own), as the loader user; the worker container never gets the loader's Secret, and
+    the loader gets neither the worker's nor Kafka's."""
+    docs = _render(values)
+    pod = _pod(docs, "StatefulSet")["spec"]
+    (loader,) = pod["initContainers"]
+    (worker,) = pod["containers"]
+    assert loader["restartPolicy"] == "Always"
+    assert loader["command"] == ["python", "-m", "stream.publish.loader"]
+    assert loader["image"] == worker["image"]
+    source = _source(values)["redis"]
+    assert _secrets_of(loader, pod) == {
+        source["loader"]["existingSecret"],
+        source["tls"]["caSecret"],
+    }
+    assert source["loader"]["existingSecret"] not in _secrets_of(worker, pod)
+    assert source["auth"]["existingSecret"] in _secrets_of(worker, pod)
+    env = {e["name"]: e.get("value") for e in loader["env"]}
+    assert (
+        env["REDIS_USERNAME"]
+        == "context-stream-loader"
+        != _environment(docs, "StatefulSet")["REDIS_USERNAME"]
+    )
+    assert float(env["STREAM_LOADER_INTERVAL"]) == 5
+    assert loader["securityContext"] == worker["securityContext"]
+    # Its Redis is the worker's (the ConfigMap: URL, TLS), reached under the worker pod's
+    # NetworkPolicy, which selects the pod and so the sidecar in it.
+    (config,) = loader["envFrom"]
+    assert config == worker["envFrom"][0]
+    assert _selects(
+        _policy(docs, "worker")["podSelector"], _pod(docs, "StatefulSet")["metadata"]["labels"]
+    )
+
+
+@needs_helm
+def test_no_loader_without_its_secret_and_a_cluster_flag_reaches_it() -> None:
+    assert "initContainers" not in _pod(_render(""), "StatefulSet")["spec"]
+    docs = _render(
+        "",
+        "redis.loader.existingSecret=l",
+        "stream.extraEnv[0].name=REDIS_CLUSTER",
+        "stream.extraEnv[0].value=on",
+        "stream.extraEnv[1].name=OTHER",
+        "stream.extraEnv[1].value=x",
+    )
+    (loader,) = _pod(docs, "StatefulSet")["spec"]["initContainers"]
+    env = {e["name"]: e.get("value") for e in loader["env"]}
+    assert env["REDIS_CLUSTER"] == "on" and "OTHER" not in env

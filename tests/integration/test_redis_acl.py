@@ -1,19 +1,25 @@
 """The chart's Redis ACL rules (helm/context-stream/files/redis-acl.conf) on a real server.
 
-A private redis-server gets the two users with exactly the file's rules, and the optional
-loader its commented line. The worker's real write path (``RedisSink``: its function
-library loaded by the loader and called, the partition markers) works as the worker user;
-the gateway's real reads (``RedisStore``, the ``Hub``'s pattern subscription, ``stream
-watch``'s channel subscription) work as the gateway user; and each is refused what it must
-not do: the gateway every write, both anything outside the prefix, the worker any Lua of
-its own (``EVAL``, ``SCRIPT LOAD``, ``FUNCTION LOAD``) and another database.
+A private redis-server gets the three users with exactly the file's rules. The worker's
+real write path (``RedisSink``: its function library loaded by the loader and called, the
+partition markers) works as the worker user; the gateway's real reads (``RedisStore``, the
+``Hub``'s pattern subscription, ``stream watch``'s channel subscription) work as the
+gateway user; the loader (``python -m stream.publish.loader``, a real process) reloads the
+library after ``FUNCTION FLUSH`` while the worker's writes wait as an outage; and each is
+refused what it must not do: the gateway every write, both anything outside the prefix,
+the worker any Lua of its own (``EVAL``, ``SCRIPT LOAD``, ``FUNCTION LOAD``) and another
+database, the loader everything but loading.
 """
 
 import asyncio
+import logging
+import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,14 +62,6 @@ def acl_rules() -> dict[str, list[str]]:
     return users
 
 
-def loader_rules() -> list[str]:
-    """The optional loader's rules: the file's commented ``# user context-stream-loader``."""
-    (line,) = [
-        line for line in ACL_FILE.read_text().splitlines() if line.startswith(f"# user {LOADER} ")
-    ]
-    return line.split()[3:]
-
-
 @dataclass(frozen=True)
 class AclRedis:
     server: RedisServer
@@ -92,7 +90,6 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclRedis]:
         created = AclRedis(server, {})
         for name, rules in acl_rules().items():
             created.setuser(name, rules)
-        created.setuser(LOADER, loader_rules())
         yield created
     finally:
         server.stop()
@@ -128,18 +125,23 @@ class _NoKafka:
         raise AssertionError(f"no Kafka in this test ({name})")
 
 
-def test_the_file_holds_both_users() -> None:
+def test_the_file_holds_the_three_users() -> None:
     users = acl_rules()
-    assert set(users) == {WORKER, GATEWAY}
+    assert set(users) == {WORKER, GATEWAY, LOADER}
     for rules in users.values():
         assert rules[:4] == ["on", "resetkeys", "resetchannels", "-@all"], "deny by default"
+    for rules in (users[WORKER], users[GATEWAY]):
         assert [r for r in rules if r[0] in "~&%"] == [f"~{PREFIX}*", f"&{PREFIX}session:*"]
     scripting = [r for r in users[WORKER] if re.search(r"eval|script|function|fcall|@", r)]
     assert scripting == ["-@all", "+fcall"], "the worker calls functions, nothing more"
     assert not [r for r in (*users[WORKER], *users[GATEWAY]) if "select" in r]
-    loader = loader_rules()
-    assert loader[:4] == ["on", "resetkeys", "resetchannels", "-@all"]
+    loader = users[LOADER]
     assert not [r for r in loader if r[0] in "~&%"], "the loader touches no key or channel"
+    assert [r for r in loader if re.search(r"eval|script|function|fcall|@", r)] == [
+        "-@all",
+        "+function|load",
+        "+function|list",
+    ]
 
 
 def test_the_worker_writes_as_its_user(acl_redis: AclRedis) -> None:
@@ -207,46 +209,148 @@ def test_a_missing_script_command_stops_the_write(acl_redis: AclRedis) -> None:
     asyncio.run(go())
 
 
-def test_without_a_loader_the_worker_stops_and_says_how_to_load(acl_redis: AclRedis) -> None:
-    """The worker's own user may not load its library: with no REDIS_LOADER_URL and no
-    library in Redis, the write fails permanently, naming both remedies; once an admin has
-    loaded it (the way the message says), the worker writes as its own user."""
+def _loader_env(acl: AclRedis, user: str, **extra: str) -> dict[str, str]:
+    """The loader's environment as the chart's sidecar gets it: REDIS_URL without
+    credentials, REDIS_USERNAME and REDIS_PASSWORD of the loader's user."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "STREAM_"))}
+    env |= {"REDIS_URL": acl.url(), "REDIS_USERNAME": user, "REDIS_KEY_PREFIX": PREFIX}
+    env |= {"REDIS_PASSWORD": acl.passwords.get(user, "wrong"), "STREAM_LOADER_INTERVAL": "0.2"}
+    return env | extra
+
+
+def _loader(acl: AclRedis, user: str = LOADER, **extra: str) -> "subprocess.Popen[str]":
+    return subprocess.Popen(
+        [sys.executable, "-m", "stream.publish.loader"],
+        env=_loader_env(acl, user, **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def _libraries(admin: "redis.Redis") -> list[bytes]:
+    return [entry[1] for entry in admin.function_list()]
+
+
+async def _until(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def test_redis_without_the_library_is_an_outage_until_the_loader_reloads_it(
+    acl_redis: AclRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis came back empty and the worker's user may not load its library: the worker's
+    write path queues and retries (an outage: not ready, one warning naming the loader,
+    never a permanent error), the loader (a real process, as its own user) loads the library
+    within its interval, and the queued updates are written; a second flush heals alike."""
     admin = acl_redis.client()
     admin.function_flush()
     settings = _worker_settings(acl_redis, redis_loader_url="")
+    layout = settings.redis_layout
+    permanent: list[BaseException] = []
+    caplog.set_level(logging.INFO, "stream.publish")
 
-    async def write() -> list[int]:
+    async def go() -> str:
         sink = RedisSink(settings)
+        publisher = Publisher(settings, _NoKafka(), sink, on_permanent=permanent.append)
+        loader = None
         try:
-            return await sink.write([_update("n1", 1)], now_ms=1)
+            assert (
+                await publisher.write_redis([_update("o1", 1)], [DeadCount("loader-in", 0, 1, 1)])
+                is False
+            )
+            assert publisher.state.retrying and publisher.state.reason == "library"
+            await asyncio.sleep(1.0)  # the background writer retries a few times meanwhile
+            assert await publisher.write_redis([_update("o1", 2), _update("o2", 1)], []) is False
+            assert publisher.state.pending == 2 and _libraries(admin) == []
+            loader = _loader(acl_redis)
+            assert await publisher.flush(30), "the queue was not written after the reload"
+            assert not publisher.state.retrying and publisher.state.reason == ""
+            assert _libraries(admin) == [LIBRARY_NAME.encode()]
+            # Redis empties again: the same outage, healed by the same loader (held still
+            # meanwhile, so that it cannot reload before the worker has noticed).
+            loader.send_signal(signal.SIGSTOP)
+            admin.function_flush()
+            assert await publisher.write_redis([_update("o2", 2)], []) is False
+            assert publisher.state.reason == "library"
+            loader.send_signal(signal.SIGCONT)
+            assert await publisher.flush(30)
+            assert await sink.write([_update("o3", 1)], now_ms=9) == [1]
         finally:
             await sink.close()
+            if loader is not None:
+                loader.send_signal(signal.SIGTERM)
+        assert loader.wait(30) == 0, "the loader stops cleanly on SIGTERM"
+        assert loader.stdout is not None
+        return loader.stdout.read()
 
-    with pytest.raises(PermanentRedisError) as refused:
-        asyncio.run(write())
-    message = str(refused.value)
-    assert "the worker's Redis user may not load it" in message and "'function|load'" in message
-    assert "REDIS_LOADER_URL" in message and "FUNCTION LOAD REPLACE" in message
-    assert admin.function_list() == []
-    library = subprocess.run(
-        [sys.executable, "-m", "stream.publish.redis_sink"],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    loaded = subprocess.run(
-        ["redis-cli", "-p", str(acl_redis.server.port), "-x", "FUNCTION", "LOAD", "REPLACE"],
-        input=library,
-        capture_output=True,
-        check=True,
-        timeout=30,
+    loader_log = asyncio.run(go())
+    assert permanent == []
+    assert admin.hget(layout.session_key("o1"), "update") == _update("o1", 2).payload
+    assert admin.hget(layout.session_key("o2"), "update") == _update("o2", 2).payload
+    assert admin.hget(layout.session_key("o3"), "update") == _update("o3", 1).payload
+    assert admin.hget(layout.dead_key, "loader-in:0") == b"1 1"
+    assert loader_log.count(f"loaded the function library {LIBRARY_NAME}") == 2, loader_log
+    waits = [r.getMessage() for r in caplog.records if "function library" in r.getMessage()]
+    assert len(waits) == 2, waits  # once per outage, not once per retry
+    assert all("REDIS_LOADER_URL" in w and "loader sidecar" in w for w in waits)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # Written at the wall clock: out of "recent", which other tests read with small times.
+    admin.zrem(layout.recent_key, "o1", "o2", "o3")
+
+
+@pytest.mark.parametrize(
+    ("user", "extra", "status", "says"),
+    [
+        (WORKER, {}, 3, "give it +function|load and +function|list"),  # no FUNCTION rights
+        ("nobody", {}, 3, "check its password"),  # a user Redis does not know
+        (LOADER, {"STREAM_LOADER_INTERVAL": "soon"}, 2, "STREAM_LOADER_INTERVAL must be"),
+    ],
+    ids=["worker-user", "wrong-password", "bad-interval"],
+)
+def test_the_loader_exits_on_a_bad_configuration(
+    acl_redis: AclRedis, user: str, extra: dict[str, str], status: int, says: str
+) -> None:
+    loader = _loader(acl_redis, user, **extra)
+    try:
+        assert loader.wait(30) == status
+    finally:
+        loader.kill()
+    assert loader.stdout is not None
+    assert says in loader.stdout.read()
+
+
+def test_the_loader_waits_out_a_redis_that_is_away(acl_redis: AclRedis) -> None:
+    """Redis unreachable is no bad configuration: the loader keeps checking, says so once."""
+    env = _loader_env(acl_redis, LOADER)
+    env["REDIS_URL"] = f"redis://127.0.0.1:{acl_redis.server.port + 1}/0"  # nobody listens
+    loader = subprocess.Popen(
+        [sys.executable, "-m", "stream.publish.loader"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
     )
-    assert loaded.stdout.decode().strip() == LIBRARY_NAME
-    assert asyncio.run(write()) == [1]
+    try:
+        time.sleep(2.0)
+        assert loader.poll() is None, "the loader exited while Redis was away"
+        loader.send_signal(signal.SIGTERM)
+        assert loader.wait(30) == 0
+    finally:
+        loader.kill()
+    assert loader.stdout is not None
+    out = loader.stdout.read()
+    assert out.count("loader: redis connection") == 1, out
 
 
 def test_the_loader_only_loads(acl_redis: AclRedis) -> None:
     client = acl_redis.client(LOADER)
+    assert client.function_list(library="none") == []  # what it checks with
     for command in [
         ("FCALL", FUNCTIONS["dead_write"], "2", f"{PREFIX}dead", f"{PREFIX}stats", "f", "1", "1"),
         ("EVAL", "return 1", "0"),

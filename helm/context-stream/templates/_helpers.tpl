@@ -128,6 +128,14 @@ Combinations that would only fail at run time fail the render instead.
 {{- if and (gt (int .Values.stream.standbyReplicas) 0) (le (int .Values.replicaCount) (int .Values.stream.standbyReplicas)) }}
 {{- fail (printf "stream.standbyReplicas %d needs replicaCount > %d: a standby lives on another worker" (int .Values.stream.standbyReplicas) (int .Values.stream.standbyReplicas)) }}
 {{- end }}
+{{- with .Values.redis.loader }}
+{{- if and .existingSecret (not (semverCompare ">=1.29.0-0" $.Capabilities.KubeVersion.Version)) }}
+{{- fail (printf "redis.loader.existingSecret needs Kubernetes >= 1.29 (the loader is a native sidecar: an initContainer with restartPolicy Always), this is %s: unset it and load the library as an admin (docs/deploy.md, \"Redis users\")" $.Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- if and .existingSecret (eq .username $.Values.redis.auth.username) }}
+{{- fail "redis.loader.username must name another Redis user than redis.auth.username: the worker's user may only FCALL (docs/deploy.md, \"Redis users\")" }}
+{{- end }}
+{{- end }}
 {{- if .Values.gateway.enabled }}
 {{- include "context-stream.validateGateway" . }}
 {{- end }}
