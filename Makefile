@@ -14,8 +14,8 @@ NATIVE_SOURCES := stream/native.py $(wildcard stream/contract/*.py stream/pricin
 
 # Everything the project needs on a fresh Debian machine: what the demo needs (the venv, the
 # compiled core, a Kafka assembled from Maven Central, redis-server), and for the tests the
-# Node oracle and Chromium.
-setup: demo-setup tests/oracle/node_modules/.installed
+# Node oracle, the interface checker's parsers and Chromium.
+setup: demo-setup tests/oracle/node_modules/.installed tests/interface/node_modules/.installed
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 # The demo's part of setup: no Node oracle and no Chromium (the page opens in your browser).
@@ -65,12 +65,17 @@ tests/oracle/node_modules/.installed: tests/oracle/package.json tests/oracle/pac
 	@cd tests/oracle && npm ci --silent --no-audit --no-fund
 	@touch $@
 
+# The AsyncAPI and OpenAPI parsers and Ajv that check docs/api/ (tests/interface/check.mjs).
+tests/interface/node_modules/.installed: tests/interface/package.json tests/interface/package-lock.json
+	@cd tests/interface && npm ci --silent --no-audit --no-fund
+	@touch $@
+
 # Start local Kafka + Redis + the worker, feed the example sessions, and watch updates
 # (DEMO_SECONDS, DEMO_RATE and the ports: README, "Two commands").
 demo: demo-setup
 	@bash deploy/demo.sh
 
-test: setup lint types unit chart oracle integration
+test: setup lint types unit chart oracle interface integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check stream tests benchmarks
@@ -87,6 +92,12 @@ unit: $(STAMP) $(NATIVE)
 
 oracle: $(STAMP) tests/oracle/node_modules/.installed
 	$(PY) -m pytest tests/oracle -q
+
+# The published interface (docs/api/): the documents parse, wrong payloads are refused
+# (real messages are checked by tests/integration/test_interface.py).
+.PHONY: interface
+interface: $(STAMP) tests/interface/node_modules/.installed
+	$(PY) -m pytest tests/interface -q
 
 integration: setup
 	$(PY) -m pytest tests/integration -q
