@@ -7,8 +7,8 @@ STAMP := $(VENV)/.installed
 # The fold core compiled by mypyc (stream/native.py, docs/notes/012-compiled-core.md), rebuilt
 # when any core source changes; `import stream` falls back to Python when it does not match.
 NATIVE := stream/_native/manifest.json
-NATIVE_SOURCES := stream/native.py $(wildcard stream/contract/*.py stream/pricing/*.py \
-	stream/projections/*.py stream/session/*.py)
+NATIVE_SOURCES := stream/native.py stream/output/headers.py $(wildcard stream/contract/*.py \
+	stream/pricing/*.py stream/projections/*.py stream/session/*.py)
 
 .PHONY: setup demo test lint types unit oracle integration bench bench-smoke clean
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream.output.layout import RedisLayout
-from stream.session.batch import Limits
+from stream.session.limits import Limits
 
 
 class ConfigError(ValueError):

@@ -42,6 +42,7 @@ CORE: Final = (
     "stream.contract.jsontext",
     "stream.contract.storage",
     "stream.contract.data",
+    "stream.output.headers",
     "stream.pricing.jslength",
     "stream.pricing.estimate",
     "stream.projections.base",
@@ -54,6 +55,9 @@ CORE: Final = (
     "stream.session.offline",
     "stream.session.codec",
     "stream.session.partition",
+    "stream.session.limits",
+    "stream.session.results",
+    "stream.session.input",
     "stream.session.batch",
 )
 

@@ -14,6 +14,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from stream.app.backoff import with_backoff
 from stream.app.table import SessionTable
+from stream.output.headers import dead_letter_headers
 from stream.session.batch import DeadLetter
 
 log = logging.getLogger("stream.producer")
@@ -275,7 +276,7 @@ class Outbox:
             letter.offset,
             letter.reason,
         )
-        return self.sender.add(self.dead, None, None, letter.value, letter.headers())
+        return self.sender.add(self.dead, None, None, letter.value, dead_letter_headers(letter))
 
     async def left(self) -> None:
         await self.sender.left()

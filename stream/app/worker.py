@@ -34,8 +34,9 @@ from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
 from stream.runtime import tune_gc, worker_young
 from stream.session import codec
-from stream.session.batch import BatchResult, Counts, Message, fold_batch, reset_generation
+from stream.session.batch import BatchResult, Counts, Message, fold_batch
 from stream.session.expiry import Deadlines, sweep
+from stream.session.input import reset_generation
 from stream.session.partition import PARTITION_KEY, PartitionRow
 
 # A sweep takes at most this many due sessions at a time, and the agent's batches go

@@ -8,7 +8,7 @@ from typing import Any
 from stream.cli.reach import KAFKA_ENV, environment, no_kafka
 from stream.cli.settings import epilog
 from stream.config import Settings
-from stream.session.batch import MAX_GENERATION
+from stream.session.input import MAX_GENERATION
 
 
 def register(commands: Any) -> None:

@@ -18,7 +18,7 @@ from stream.contract.errors import BadLine
 from stream.contract.jsontext import dumps
 from stream.contract.storage import ChunkRun
 from stream.logs.reader import read_logs
-from stream.session.batch import RESET_HEADER
+from stream.output.headers import RESET_HEADER
 
 
 def producer(settings: Settings, **extra: Any) -> Producer:

@@ -12,398 +12,40 @@ dead-lettered with a reason, and an error nobody foresaw while folding one messa
 quarantines that message (dead-lettered with the exception) and the batch goes on.
 """
 
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
 
 import orjson
 
-from stream.contract.errors import MAX_ERROR_CHARS, Unreadable, safe_text
-from stream.contract.events import Event, event_time, read_event
-from stream.contract.jsontext import PARSE_DEPTH, check_depth, dumps, loads, might_nest
-from stream.contract.storage import ChunkRun, decode_line
+from stream.contract.errors import safe_text
+from stream.contract.events import Event
+from stream.contract.storage import ChunkRun
 from stream.projections.base import Projection
 from stream.session import codec
+from stream.session.input import Message, Reset, _decode, decode
+from stream.session.limits import Limits
 from stream.session.partition import PARTITION_KEY, PartitionRow
 from stream.session.processor import (
-    MAX_SYSTEM_PROMPTS,
     Outcome,
     SessionRecord,
     Tally,
     fault,
     fold_items,
     note_time,
-    projections,
-    published_seq,
     update,
     view_version,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds on what one input may cost; past them input is dead-lettered with a reason.
-
-    Defaults fit Kafka's default 1 MiB record limit, so every record the worker produces
-    (rows, updates, dead letters) stays under the producer's request size.
-    """
-
-    message_bytes: int = 1_000_000
-    event_bytes: int = 1_000_000  # one event (a segment's element as compact JSON)
-    key_bytes: int = 1_024
-    segment_events: int = 10_000
-    error_chars: int = MAX_ERROR_CHARS
-    dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
-    resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
-    # The highest generation a reset may name: the highest claimed on the control topic
-    # (``stream produce --reset`` claims one before it sends); above it, dead-lettered.
-    reset_ceiling: int = 2**53 - 1
-    system_prompts: int = MAX_SYSTEM_PROMPTS  # retained per session (contextBreakdown)
-    session_ttl: int = 0  # ms of stream time a session may idle before it expires; 0: never
-
-    @property
-    def folds(self) -> tuple[Projection, ...]:
-        """The projections this fold runs under these limits."""
-        return projections(self.system_prompts)
-
-
-@dataclass(slots=True)  # not frozen: compiled, its __init__ costs 0.7 us, frozen 2.1 us
-class Message:
-    """One input record as the transport delivered it: plain values (never changed)."""
-
-    key: bytes | None
-    value: bytes | None
-    topic: str
-    partition: int
-    offset: int
-    headers: Sequence[tuple[str, bytes | None]] = ()
-    # Why the transport could not read the record(s) it stands for (a compressed batch
-    # past the inflate bound: stream.app.inflate); ``value`` is then a bounded copy.
-    unread: str | None = None
-    records: int = 1  # input records this message stands for (an unread batch: several)
-
-
-# A control record, not an event: "start this session over under generation G". Sent by
-# `stream produce --reset-generation G` before a session's complete log, so a session whose
-# beginning fell out of input retention is rebuilt exactly (contract: "Per-session
-# processing"). Idempotent: a reset at or below the session's generation is ignored.
-RESET_HEADER: Final = "stream-reset"
-# A generation is published in JSON and compared in Redis' Lua (doubles): 1..2^53 - 1,
-# written as plain decimal digits.
-MAX_GENERATION: Final = 2**53 - 1
-_GENERATION = re.compile(rb"[1-9][0-9]{0,15}")
-
-
-def reset_generation(headers: Sequence[tuple[str, bytes | None]]) -> int:
-    """The generation a record's reset header names; 0 when it names none (or none valid:
-    those are dead-lettered by the fold)."""
-    for name, raw in headers:
-        if name == RESET_HEADER:
-            if raw is None or _GENERATION.fullmatch(raw) is None:
-                return 0
-            generation = int(raw)
-            return generation if generation <= MAX_GENERATION else 0
-    return 0
-
-
-@dataclass(frozen=True, slots=True)
-class Reset:
-    gen: int
-
-
-@dataclass(frozen=True, slots=True)
-class ResetNote:
-    """A reset record met in a batch, for the worker's log: every reset is logged."""
-
-    session_id: str
-    gen: int
-    previous: int  # the session's generation before it
-    applied: bool  # False: at or below the session's generation, ignored
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    value: bytes
-    reason: str
-    topic: str
-    partition: int
-    offset: int
-    index: int | None = None  # position inside a segment, when only one element was bad
-    size: int | None = None  # original value size when ``value`` was cut to fit
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        found = [
-            ("reason", self.reason.encode()),
-            ("source-topic", self.topic.encode("utf-8", "backslashreplace")),
-            ("source-partition", str(self.partition).encode()),
-            ("source-offset", str(self.offset).encode()),
-        ]
-        if self.index is not None:
-            found.append(("segment-index", str(self.index).encode()))
-        if self.size is not None:
-            found.append(("original-bytes", str(self.size).encode()))
-        return found
-
-
-@dataclass(slots=True)
-class Counts:
-    folded: int = 0
-    duplicate: int = 0
-    faulted: int = 0
-    dead_lettered: int = 0
-
-    def add(self, other: "Counts") -> None:
-        self.folded += other.folded
-        self.duplicate += other.duplicate
-        self.faulted += other.faulted
-        self.dead_lettered += other.dead_lettered
-
-    def add_tally(self, tally: Tally, sign: int = 1) -> None:
-        self.folded += sign * tally.folded
-        self.duplicate += sign * tally.duplicate
-        self.faulted += sign * tally.faulted
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "folded": self.folded,
-            "duplicate": self.duplicate,
-            "faulted": self.faulted,
-            "dead_lettered": self.dead_lettered,
-        }
-
-    @property
-    def total(self) -> int:
-        return self.folded + self.duplicate + self.faulted + self.dead_lettered
-
-
-# A published version's parts as the session holds them: (its own generation, seq, events
-# counted, view version); the publisher raises the generation to the deployment's.
-Version = tuple[int, int, int, int]
-
-
-def version_of(record: SessionRecord) -> Version:
-    return (record.gen, published_seq(record), record.accounted.total, view_version(record))
-
-
-@dataclass(slots=True)
-class SessionChange:
-    """What one batch did to one session: its new row and the update to publish."""
-
-    session_id: str
-    key: bytes  # table and output-topic key
-    partition: int  # the input partition its messages came from: the row's partition
-    row: bytes
-    update: dict[str, Any]
-    tally: Tally  # the session's totals after the batch (published with the update)
-    gen: int = 0  # the session's own generation (after a reset), 0: the deployment's
-    view_version: int = 0  # processor.view_version: breaks ties of (gen, seq, n) in Redis
-    payload: bytes = b""  # ``update`` as JSON: encoded once, inside the quarantine
-    # The session's part in its partition's figures before the batch and after it
-    # (``codec.row_part``; None: no readable row before): what the worker's census moves.
-    before: codec.RowPart | None = None
-    after: codec.RowPart = (False, (0, 0, 0))
-    # When the session last was active, in stream time (``PartitionRow.touched``): the
-    # expiry index files it under this. None: it cannot expire yet.
-    touched: int | None = None
-    # The session had expired and started a new life in this batch: the version its old
-    # life last published, which Redis and the output topic drop first.
-    expired: Version | None = None
-    # The record ``row`` encodes, for the caller to hand back through ``recall`` instead
-    # of decoding ``row`` again; None when the session had to be rescued.
-    record: SessionRecord | None = None
-
-
-# ``recall(key, partition, row)``: the record the caller kept for a row it is handed (the
-# ``record`` of the change that wrote ``row``), or None. A record is handed out once: the
-# fold goes on folding it in place.
-Recall = Callable[[bytes, int, bytes], SessionRecord | None]
-
-
-@dataclass(slots=True)
-class PartitionChange:
-    """The partition row (``session.partition``): dead letters accounted, the offset
-    covered, the stream time, and what expiry retired."""
-
-    partition: int
-    row: bytes
-    dead_lettered: int
-    now: int | None = None  # the stream time after the batch
-    since: int | None = None
-    retired: Tally = field(default_factory=Tally)  # events of sessions swept away
-    expired: int = 0  # sessions swept away
-
-
-@dataclass(slots=True)
-class BatchResult:
-    sessions: list[SessionChange] = field(default_factory=list)
-    partitions: list[PartitionChange] = field(default_factory=list)
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    counts: Counts = field(default_factory=Counts)  # new events only, not redeliveries
-    # Events of a life that ended in this batch (a reset, or the session expired): they
-    # stay in every total (``SessionRecord.carried``), this says how many moved.
-    retired: Counts = field(default_factory=Counts)
-    expired: int = 0  # sessions an event found expired (they start a new life)
-    redelivered: int = 0  # messages already accounted for (a retry after a crash)
-    quarantined: int = 0  # messages an unexpected error took out of the batch
-    types: dict[str, int] = field(default_factory=dict)  # events by type (metrics)
-    resets: list[ResetNote] = field(default_factory=list)
-
-
-Item = Event | ChunkRun | DeadLetter | Reset
-
-
-def decode(message: Message, limits: Limits = Limits()) -> tuple[str | None, list[Item]]:
-    """A message as (session id, its events); unreadable parts become dead letters."""
-    session_id, items, _ = _decode(message, limits)
-    return session_id, items
-
-
-def _time(element: Any, item: Event | ChunkRun) -> int | None:
-    return item.latest_time if type(item) is ChunkRun else event_time(element)
-
-
-def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], int | None]:
-    """``decode``, and the latest integer event time among the message's events."""
-    if message.unread is not None:
-        return None, [_dead(message, limits, message.unread)], None
-    value = message.value or b""
-
-    key = message.key or b""
-    for name, raw in message.headers:
-        if name == RESET_HEADER:
-            return (*_reset(message, key, raw, limits), None)
-    if len(key) > limits.key_bytes:
-        too_long = f"session key of {len(key):,} bytes exceeds {limits.key_bytes:,}"
-        return None, [_dead(message, limits, too_long)], None
-    try:
-        session_id = key.decode()
-    except UnicodeDecodeError:
-        session_id = ""
-    if not session_id:
-        keyless = "no session key (the message key must be the session id, in UTF-8)"
-        return None, [_dead(message, limits, keyless)], None
-    if len(value) > limits.message_bytes:
-        too_big = f"message of {len(value):,} bytes exceeds {limits.message_bytes:,}"
-        return session_id, [_dead(message, limits, too_big)], None
-    try:
-        # A segment nests its events one level deeper: parse the message as deep as any
-        # parser here reads, then hold each event to the event bound (as `stream fold`).
-        body = loads(value, PARSE_DEPTH)
-    except Unreadable as error:
-        return session_id, [_dead(message, limits, str(error))], None
-    deep = might_nest(value)
-    if type(body) is not list:
-        if len(value) > limits.event_bytes:
-            too_big = f"event of {len(value):,} bytes exceeds {limits.event_bytes:,}"
-            return session_id, [_dead(message, limits, too_big)], None
-        try:
-            if deep:
-                check_depth(body)
-            item = _item(body)
-            return session_id, [item], _time(body, item)
-        except Unreadable as error:
-            return session_id, [_dead(message, limits, str(error))], None
-    if not body:
-        empty = "empty segment: a segment must hold at least one event"
-        return session_id, [_dead(message, limits, empty)], None
-    if len(body) > limits.segment_events:
-        too_many = f"segment of {len(body):,} events exceeds {limits.segment_events:,}"
-        return session_id, [_dead(message, limits, too_many)], None
-    out: list[Item] = []
-    latest: int | None = None
-    # No element can be larger than the whole message: sizes are measured only when the
-    # message is over the event bound (never, with the defaults).
-    sized = len(value) > limits.event_bytes
-    for index, element in enumerate(body):
-        try:
-            if deep:
-                check_depth(element)
-            if sized and len(encoded := dumps(element)) > limits.event_bytes:
-                size = f"event of {len(encoded):,} bytes exceeds {limits.event_bytes:,}"
-                out.append(_dead(message, limits, size, encoded, index))
-                continue
-            item = _item(element)
-            out.append(item)
-            time = _time(element, item)
-            if time is not None and (latest is None or time > latest):
-                latest = time
-        except Unreadable as error:
-            out.append(_dead(message, limits, str(error), _reencode(element, value), index))
-    return session_id, out, latest
-
-
-def _reset(
-    message: Message, key: bytes, raw: bytes | None, limits: Limits
-) -> tuple[str | None, list[Any]]:
-    if not limits.resets:
-        reason = f"{RESET_HEADER} records are not taken here (STREAM_RESETS=off)"
-        return None, [_dead(message, limits, reason)]
-    try:
-        session_id = key.decode() if len(key) <= limits.key_bytes else ""
-    except UnicodeDecodeError:
-        session_id = ""
-    if not session_id:
-        reason = f"{RESET_HEADER} needs a session key (UTF-8, at most the key bound)"
-        return None, [_dead(message, limits, reason)]
-    if raw is None or _GENERATION.fullmatch(raw) is None or int(raw) > MAX_GENERATION:
-        reason = f"{RESET_HEADER} needs a generation in 1..{MAX_GENERATION}, in digits"
-        return None, [_dead(message, limits, reason)]
-    generation = int(raw)
-    if generation > limits.reset_ceiling:
-        reason = (
-            f"{RESET_HEADER} names generation {generation}, never claimed on the control"
-            f" topic (the highest claimed is {limits.reset_ceiling}; `stream produce --reset`"
-            " claims one)"
-        )
-        return None, [_dead(message, limits, reason)]
-    return session_id, [Reset(generation)]
-
-
-def _dead(
-    message: Message,
-    limits: Limits,
-    reason: str,
-    raw: bytes | None = None,
-    index: int | None = None,
-) -> DeadLetter:
-    """A dead letter of ``message`` (or of ``raw``, one element of it), cut to the bound.
-    Module level, not a closure in ``_decode``: compiled, a closure and its environment
-    hold each other, a cycle per message left for the collector (note 016)."""
-    if raw is None:
-        raw = message.value or b""
-    size = None
-    if len(raw) > limits.dead_letter_bytes:
-        raw, size = raw[: limits.dead_letter_bytes], len(raw)
-    return DeadLetter(
-        raw,
-        safe_text(reason, limits.error_chars),
-        message.topic,
-        message.partition,
-        message.offset,
-        index,
-        size,
-    )
-
-
-def _item(element: Any) -> Event | ChunkRun:
-    """One element: an event, or a dsh packed chunk row (taken too, as the run of events
-    it stands for, so a producer that copies log lines verbatim loses nothing)."""
-    decoded = decode_line(element)
-    if type(decoded) is ChunkRun:
-        return decoded
-    return read_event(decoded)
-
-
-def _reencode(element: Any, whole: bytes) -> bytes:
-    """A bad segment element as JSON text; the whole message when it cannot be printed
-    (nesting past what any encoder takes), so the dead letter still holds the input."""
-    try:
-        return dumps(element)
-    except (RecursionError, ValueError, TypeError):
-        return whole
+from stream.session.results import (
+    BatchResult,
+    Counts,
+    DeadLetter,
+    PartitionChange,
+    Recall,
+    ResetNote,
+    SessionChange,
+    Version,
+    version_of,
+)
 
 
 @dataclass(slots=True)
@@ -759,4 +401,5 @@ __all__ = [
     "Version",
     "decode",
     "fold_batch",
+    "version_of",
 ]

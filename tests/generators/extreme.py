@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import orjson
 
-from stream.session.batch import RESET_HEADER
+from stream.output.headers import RESET_HEADER
 from stream.testing import events as build
 
 MAX_SAFE: Final = 2**53 - 1

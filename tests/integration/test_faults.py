@@ -25,8 +25,9 @@ import pytest
 from stream.config import Settings
 from stream.contract.jsontext import MAX_DEPTH
 from stream.ops.admin import ensure_topics
-from stream.session.batch import MAX_GENERATION, RESET_HEADER
+from stream.output.headers import RESET_HEADER
 from stream.session.batch import Limits as CoreLimits
+from stream.session.input import MAX_GENERATION
 from stream.testing import events as build
 from tests.generators.extreme import MAX_SAFE, extreme_messages
 from tests.generators.sessions import RawNumber

@@ -7,9 +7,10 @@ import pytest
 
 from stream.config import Settings
 from stream.ops.metrics import Metrics
+from stream.output.headers import RESET_HEADER
 from stream.publish.publisher import RedisState
 from stream.session import codec
-from stream.session.batch import PARTITION_KEY, RESET_HEADER, Limits, Message, fold_batch
+from stream.session.batch import PARTITION_KEY, Limits, Message, fold_batch
 from stream.session.expiry import sweep
 from stream.testing import events as build
 

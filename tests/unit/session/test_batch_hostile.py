@@ -15,20 +15,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stream import native
+from stream.contract.storage import ChunkRun
+from stream.output.headers import RESET_HEADER
 from stream.session import batch as batch_module
 from stream.session import codec
+from stream.session import input as input_module
 from stream.session.batch import (
-    MAX_GENERATION,
     PARTITION_KEY,
-    RESET_HEADER,
-    ChunkRun,
     DeadLetter,
     Limits,
     Message,
-    Reset,
     decode,
     fold_batch,
 )
+from stream.session.input import MAX_GENERATION, Reset
 from stream.testing import events as build
 from tests.generators.extreme import MAX_SAFE, Raw, extreme_messages
 
@@ -197,9 +197,7 @@ def test_the_largest_generation_is_taken_and_logged() -> None:
     assert result.sessions[0].gen == MAX_GENERATION
 
 
-def test_a_reset_above_the_highest_claimed_generation_is_dead_lettered_and_the_session_goes_on() -> (
-    None
-):
+def test_a_reset_above_the_highest_claimed_generation_is_dead_lettered_session_goes_on() -> None:
     store = Store()
     claimed = Limits(reset_ceiling=3)
     user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(3)]
@@ -224,10 +222,10 @@ def test_a_reset_above_the_highest_claimed_generation_is_dead_lettered_and_the_s
 
 
 def test_a_reset_header_names_its_generation_for_the_edge() -> None:
-    assert batch_module.reset_generation([(RESET_HEADER, b"12")]) == 12
-    assert batch_module.reset_generation([("other", b"12")]) == 0
-    assert batch_module.reset_generation([(RESET_HEADER, b"012")]) == 0
-    assert batch_module.reset_generation([(RESET_HEADER, str(2**53).encode())]) == 0
+    assert input_module.reset_generation([(RESET_HEADER, b"12")]) == 12
+    assert input_module.reset_generation([("other", b"12")]) == 0
+    assert input_module.reset_generation([(RESET_HEADER, b"012")]) == 0
+    assert input_module.reset_generation([(RESET_HEADER, str(2**53).encode())]) == 0
 
 
 def test_an_unread_batch_is_one_dead_letter_counting_its_records() -> None:

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stream.app.table import KeptRecords
+from stream.output.headers import RESET_HEADER
 from stream.session.batch import (
     PARTITION_KEY,
-    RESET_HEADER,
     BatchResult,
     Limits,
     Message,
