@@ -14,6 +14,7 @@ figures of note 014), printed with ``-s``.
 import http.client
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -425,3 +426,39 @@ def test_measure_drain_cluster_vs_standalone(
             f"{name}: {total} events, {len(paths)} sessions drained in {seconds[name]:.2f} s"
             f" ({total / seconds[name]:,.0f} events/s); sink {rates[name]:,.0f} updates/s"
         )
+
+
+def test_the_loader_reloads_the_library_on_the_master_that_lost_it(cluster: Cluster) -> None:
+    """``python -m stream.publish.loader`` with REDIS_CLUSTER=1 asks every master on its own:
+    one master that came back empty gets the library again, and only that one is named."""
+    for port in cluster.masters():
+        cluster.cli(port, "function", "flush")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "STREAM_"))}
+    env |= {"REDIS_CLUSTER": "1", "REDIS_URL": cluster.url, "STREAM_LOADER_INTERVAL": "0.2"}
+    loader = subprocess.Popen(
+        [sys.executable, "-m", "stream.publish.loader"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        masters = cluster.masters()
+
+        def everywhere() -> bool:
+            return all(cluster.libraries(p) == [LIBRARY_NAME] for p in masters)
+
+        wait_until(everywhere, 30, "the library on every master")
+        lost = masters[1]
+        cluster.cli(lost, "function", "flush")
+        wait_until(everywhere, 30, f"the library back on {lost}")
+        loader.send_signal(signal.SIGTERM)
+        assert loader.wait(30) == 0
+    finally:
+        loader.kill()
+    assert loader.stdout is not None
+    loads = [line for line in loader.stdout.read().splitlines() if "loaded the function" in line]
+    assert len(loads) == 2, loads
+    assert all(f":{p}" in loads[0] for p in masters)
+    assert loads[1].endswith(f"(it was missing on 127.0.0.1:{lost})"), loads[1]
