@@ -782,8 +782,14 @@ def test_network_policies_are_on_and_every_rule_names_its_peers(values: str) -> 
     for rule in gateway["egress"]:
         assert rule["to"] and rule["ports"], rule
     anywhere = _source(values).get("networkPolicy", {}).get("gateway", {}).get("allowFromAnywhere")
-    (ingress,) = gateway["ingress"]
+    ingress, *metrics = gateway["ingress"]
     assert bool(ingress.get("from")) is not bool(anywhere), ingress
+    # With gateway.metrics: its metrics port too, from networkPolicy.metricsFrom only.
+    scraped = _source(values).get("gateway", {}).get("metrics", {}).get("enabled")
+    assert [rule["ports"] for rule in metrics] == [[{"port": "metrics", "protocol": "TCP"}]] * bool(
+        scraped
+    )
+    assert all(rule["from"] for rule in metrics)
 
 
 KUBE_DNS = {
