@@ -15,7 +15,10 @@ data routes need a bearer token (``auth.py``) and serve only the sessions it gra
 (checked on the decoded id the route then reads from Redis, so no encoding of an id can
 differ from the one checked): a session outside the grant is answered exactly like an
 unknown one (404), so a token cannot probe which sessions exist. Every response carries
-the security headers (``SECURITY_HEADERS``) and ``Server: context-stream``, no versions.
+the security headers (``SECURITY_HEADERS``) and ``Server: context-stream``, no versions;
+the page's HTML carries them opened to ``STREAM_GATEWAY_EMBED_ORIGINS`` when that is set
+(``page_headers``: those apps may frame or open it), which it also lists in its
+``<meta name="context-stream-app-origins">`` (``page_html``).
 
 CORS: origins from ``STREAM_GATEWAY_CORS_ORIGINS`` (``*`` for any) get
 ``Access-Control-Allow-Origin``; ``Access-Control-Allow-Credentials`` is never sent
@@ -23,6 +26,7 @@ CORS: origins from ``STREAM_GATEWAY_CORS_ORIGINS`` (``*`` for any) get
 """
 
 import asyncio
+import html
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,17 +58,20 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 REALM: Final = "context-stream"
 SERVER: Final = "context-stream"
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
+    " connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors"
+)
 SECURITY_HEADERS: Final = {
     # The page's code and styles are files of its own origin; nothing inline, no frames.
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
-        " connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-    ),
+    "Content-Security-Policy": f"{CSP} 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
+# The page's placeholder for the app origins allowed to hand it a token (static/auth.js).
+APP_ORIGINS_META: Final = '<meta name="context-stream-app-origins" content="">'
 
 Options = GatewayConfig  # the name ``stream serve`` and the tests know
 
@@ -75,6 +82,40 @@ STORE: web.AppKey[Store] = web.AppKey("store")
 VERIFIER: web.AppKey[Verifier | None] = web.AppKey("verifier")
 
 _UNAVAILABLE = {"error": "Redis is unavailable"}
+
+
+def page_headers(embed_origins: tuple[str, ...]) -> dict[str, str]:
+    """The security headers of the page's HTML: ``SECURITY_HEADERS``, opened to the app
+    origins allowed to embed it (docs/gateway.md, "Embedding the page in an app")."""
+    if not embed_origins:
+        return dict(SECURITY_HEADERS)
+    headers = {k: v for k, v in SECURITY_HEADERS.items() if k != "X-Frame-Options"}
+    # Those origins only may frame it; X-Frame-Options cannot list origins (browsers
+    # ignore it beside frame-ancestors anyway), so it goes.
+    headers["Content-Security-Policy"] = f"{CSP} {' '.join(embed_origins)}"
+    # An app that opens the page (window.open) keeps its handle on it only when the page
+    # is unsafe-none: with same-origin, or same-origin-allow-popups (which only spares the
+    # popups the page itself opens), a browser puts a page opened from another origin in a
+    # new browsing-context group and its opener is gone. A response cannot ask which
+    # origin opened it, so COOP goes on the page only, and only while origins are set;
+    # the page takes messages from allowed origins only, whoever opened it.
+    del headers["Cross-Origin-Opener-Policy"]
+    return headers
+
+
+def page_html(template: str, embed_origins: tuple[str, ...]) -> bytes:
+    """The page's HTML with its allowed app origins filled in (escaped; no inline script,
+    so the CSP stays strict)."""
+    if APP_ORIGINS_META not in template:
+        raise ValueError(f"the page has no {APP_ORIGINS_META} to fill")
+    listed = html.escape(" ".join(embed_origins), quote=True)
+    return template.replace(
+        APP_ORIGINS_META, APP_ORIGINS_META.replace('""', f'"{listed}"')
+    ).encode()
+
+
+class _Page(web.Response):
+    """The page's HTML: its security headers are the page's (``page_headers``)."""
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -262,6 +303,8 @@ class StreamCounts:
 
 
 STREAMS = web.AppKey("streams", StreamCounts)
+PAGES: web.AppKey[dict[str, bytes]] = web.AppKey("pages")
+PAGE_HEADERS: web.AppKey[dict[str, str]] = web.AppKey("page_headers")
 
 
 # -- routes ----------------------------------------------------------------------------
@@ -439,19 +482,29 @@ async def healthz(request: web.Request) -> web.Response:
     return _json(body, 200 if redis_ok and subscribed else 503)
 
 
-async def index_page(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(STATIC / "index.html")
+def _page(name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def serve(request: web.Request) -> web.Response:
+        # no-cache: browsers revalidate (no build step, no hashed file names).
+        return _Page(
+            body=request.app[PAGES][name],
+            content_type="text/html",
+            charset="utf-8",
+            headers={"Cache-Control": "no-cache"},
+        )
+
+    return serve
 
 
-async def session_page(request: web.Request) -> web.FileResponse:
-    return web.FileResponse(STATIC / "session.html")
+index_page = _page("index.html")
+session_page = _page("session.html")
 
 
 # -- every response --------------------------------------------------------------------
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:
     headers = response.headers
     headers["Server"] = SERVER
-    for name, value in SECURITY_HEADERS.items():
+    security = request.app[PAGE_HEADERS] if isinstance(response, _Page) else SECURITY_HEADERS
+    for name, value in security.items():
         headers.setdefault(name, value)
     # No build step, no hashed file names: make browsers revalidate the page's files.
     if request.path.startswith("/static/") or isinstance(response, web.FileResponse):
@@ -518,6 +571,11 @@ def build_app(
     app[VERIFIER] = verifier if verifier is not None else verifier_of(options)
     app[STREAMS] = StreamCounts(options.max_streams_per_subject, options.max_streams_per_address)
     app[METRICS] = GatewayMetrics(app)
+    app[PAGES] = {
+        name: page_html((STATIC / name).read_text(encoding="utf-8"), options.embed_origins)
+        for name in ("index.html", "session.html")
+    }
+    app[PAGE_HEADERS] = page_headers(options.embed_origins)
     app.cleanup_ctx.append(served(settings.metrics_bind, options.metrics_port))
     if store is None or hub is None:
         app.cleanup_ctx.append(_redis)

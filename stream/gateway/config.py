@@ -7,19 +7,28 @@ here, in one frozen value: authentication, the allowed ``Host`` names, the limit
 Safe by default: with no keys the gateway serves only on loopback (``bind_refusal``), and
 a browser on another site cannot reach a loopback gateway through DNS rebinding because
 the ``Host`` header must be one of ``allowed_hosts``.
+
+``embed_origins`` are the app origins that may frame or open the page and hand it a
+token (docs/gateway.md, "Embedding the page in an app"): each one exactly as a browser
+writes an origin, checked here so that no value can reach the page's headers unchecked.
 """
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from stream.config import ConfigError, Settings
 from stream.gateway.store import SCAN
 
 AUTH_MODES: Final = ("jwt", "none")
 LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "[::1]")
+EMBED_ORIGINS: Final = "STREAM_GATEWAY_EMBED_ORIGINS"
+DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:
@@ -55,6 +64,51 @@ def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float =
 
 def _names(raw: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n.strip().lower() for n in raw.split(",") if n.strip()))
+
+
+def web_origin(raw: str) -> str:
+    """``raw`` as a browser serialises an origin (``scheme://host[:port]``, lower case, no
+    default port): what ``MessageEvent.origin`` holds and a CSP source matches exactly.
+    Raises ConfigError naming what is wrong."""
+    text = raw.strip()
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(
+            f"{EMBED_ORIGINS}: {text!r} is not an origin (scheme://host[:port], e.g."
+            f" https://app.example.com; comma-separated): {why}"
+        )
+
+    if "*" in text:
+        raise refuse("no wildcards: list each origin")
+    if not text.isascii() or any(c.isspace() for c in text):
+        raise refuse("spaces or non-ASCII characters (write an IDN in its xn-- form)")
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not text[len(scheme) :].startswith("://"):
+        raise refuse("the scheme must be http:// or https://")
+    if text.lower() != f"{scheme}://{parts.netloc.lower()}":
+        raise refuse("an origin has no path, query or fragment (not even a trailing /)")
+    if "@" in parts.netloc:
+        raise refuse("no user name or password")
+    host = parts.hostname or ""
+    if host.startswith("[") or ":" in host:
+        # CSP source expressions (frame-ancestors) cannot name an IPv6 address.
+        raise refuse("IPv6 addresses cannot be named in a CSP: use a host name")
+    try:
+        port = parts.port
+    except ValueError:
+        raise refuse("the port must be a number from 1 to 65535") from None
+    if port == 0:
+        raise refuse("the port must be a number from 1 to 65535")
+    if not all(_LABEL.fullmatch(label) for label in host.split(".")):
+        raise refuse(f"{host!r} is not a host name or IPv4 address")
+    shown = "" if port is None or port == DEFAULT_PORTS[scheme] else f":{port}"
+    return f"{scheme}://{host}{shown}"
+
+
+def web_origins(raw: str) -> tuple[str, ...]:
+    """A comma-separated list of origins, each as ``web_origin`` writes it, once."""
+    return tuple(dict.fromkeys(web_origin(o) for o in raw.split(",") if o.strip()))
 
 
 def host_name(address: str) -> str:
@@ -93,6 +147,9 @@ class GatewayConfig:
     retry_ms: int = 1000  # EventSource reconnect delay after a stream ends
     expired_retry_ms: int = 3_600_000  # the last ``retry:`` after ``event: expired``
     cors_origins: tuple[str, ...] = ()
+    # App origins that may frame or open the page and hand it a token (``web_origin``
+    # form); empty: only the page's own origin, and nothing may frame it.
+    embed_origins: tuple[str, ...] = ()
     # Authentication (``auth.py``): ``jwt`` needs ``jwt_keys``.
     auth: str = "none"
     auth_explicit: bool = False  # STREAM_GATEWAY_AUTH was set (``none`` on purpose)
@@ -119,6 +176,12 @@ class GatewayConfig:
     list_limit: int = 500  # most rows one listing returns (one pipeline of HGETs)
     # Prometheus: /metrics on this port of STREAM_METRICS_BIND (0: off), never the public one.
     metrics_port: int = 0
+
+    def __post_init__(self) -> None:
+        # They go into response headers and the page: refuse any not in canonical form.
+        for origin in self.embed_origins:
+            if web_origin(origin) != origin:
+                raise ConfigError(f"{EMBED_ORIGINS}: write {origin!r} as {web_origin(origin)!r}")
 
     @property
     def auth_on(self) -> bool:
@@ -147,6 +210,7 @@ class GatewayConfig:
         bind = changes.pop("bind", None) or settings.gateway_bind
         config = cls(
             cors_origins=settings.gateway_cors_origins,
+            embed_origins=web_origins(env.get(EMBED_ORIGINS, "")),
             auth=auth,
             auth_explicit=mode is not None,
             jwt_keys=keys,

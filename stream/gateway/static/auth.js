@@ -6,8 +6,9 @@
 //   - the window that opened the page (window.open) or frames it posts
 //     `{type: "context-stream:token", token}` to it. The page accepts that message only
 //     from its opener or parent, and only from an allowed origin: its own, plus those in
-//     its <meta name="context-stream-app-origins"> (space-separated). When it loads it
-//     posts `{type: "context-stream:ready"}` to those origins, so the app knows when to send.
+//     its <meta name="context-stream-app-origins"> (space-separated; the gateway fills it
+//     from STREAM_GATEWAY_EMBED_ORIGINS). When it loads it posts
+//     `{type: "context-stream:ready"}` to those origins, so the app knows when to send.
 // The token is kept in sessionStorage (this tab only, gone when the tab closes). Requests
 // send it as `Authorization: Bearer`; EventSource cannot send headers, so the stream's URL
 // carries it as `access_token=` (RFC 6750 §2.3), which the gateway never logs. With

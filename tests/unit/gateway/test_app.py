@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -289,6 +290,63 @@ def test_the_page_and_its_files_are_served() -> None:
             assert static.headers["Cache-Control"] == "no-cache"
 
     run(scenario)
+
+
+CSP_NO_FRAMES = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
+    " connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+META = re.compile(r'<meta name="context-stream-app-origins" content="([^"]*)">')
+
+
+def test_without_embed_origins_the_page_may_not_be_framed_or_opened_across_origins() -> None:
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        for path in ("/", "/sessions/s", "/static/index.js", "/sessions", "/healthz"):
+            response = await client.get(path)
+            assert response.headers["Content-Security-Policy"] == CSP_NO_FRAMES, path
+            assert response.headers["X-Frame-Options"] == "DENY", path
+            assert response.headers["Cross-Origin-Opener-Policy"] == "same-origin", path
+        for path in ("/", "/sessions/s"):
+            found = META.findall(await (await client.get(path)).text())
+            assert found == [""], path  # only the page's own origin hands it a token
+
+    run(scenario)
+
+
+def test_embed_origins_open_the_page_and_only_the_page_to_those_apps() -> None:
+    origins = ("https://app.example.com", "http://127.0.0.1:8081")
+
+    async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
+        for path in ("/", "/sessions/s"):
+            page = await client.get(path)
+            assert page.status == 200 and page.headers["Cache-Control"] == "no-cache"
+            csp = page.headers["Content-Security-Policy"]
+            assert csp == CSP_NO_FRAMES.removesuffix("'none'") + " ".join(origins)
+            assert csp.endswith("frame-ancestors https://app.example.com http://127.0.0.1:8081")
+            # Framed by those origins (CSP), opened by them (no COOP); nothing else moves.
+            assert "X-Frame-Options" not in page.headers
+            assert "Cross-Origin-Opener-Policy" not in page.headers
+            assert page.headers["X-Content-Type-Options"] == "nosniff"
+            assert page.headers["Referrer-Policy"] == "no-referrer"
+            assert META.findall(await page.text()) == [" ".join(origins)]
+        # Everything that is not the page keeps the strict headers.
+        for path in ("/static/index.js", "/static/style.css", "/sessions", "/healthz", "/nope"):
+            response = await client.get(path)
+            assert response.headers["Content-Security-Policy"] == CSP_NO_FRAMES, path
+            assert response.headers["X-Frame-Options"] == "DENY", path
+            assert response.headers["Cross-Origin-Opener-Policy"] == "same-origin", path
+
+    run(scenario, embed_origins=origins)
+
+
+def test_the_origins_meta_is_filled_escaped_and_must_exist() -> None:
+    template = '<head><meta name="context-stream-app-origins" content=""></head>'
+    # Origins reaching it are validated (config); escaping holds even for a hostile value.
+    filled = gateway_app.page_html(template, ('https://a.example"><script>x</script>',))
+    assert b"<script>" not in filled and b"&quot;&gt;&lt;script&gt;" in filled
+    assert gateway_app.page_html(template, ()) == template.encode()
+    with pytest.raises(ValueError, match="context-stream-app-origins"):
+        gateway_app.page_html("<head></head>", ("https://a.example",))
 
 
 def test_session_ids_are_taken_from_the_path_decoded() -> None:

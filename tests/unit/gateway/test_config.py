@@ -1,5 +1,7 @@
 """The gateway's settings from the environment, and when it must refuse to start."""
 
+import re
+
 import pytest
 
 from stream.config import ConfigError, Settings
@@ -8,6 +10,7 @@ from stream.gateway.config import (
     bind_refusal,
     default_allowed_hosts,
     is_loopback,
+    web_origin,
 )
 
 SETTINGS = Settings()
@@ -119,3 +122,64 @@ def test_without_keys_only_loopback_unless_none_is_explicit() -> None:
     assert bind_refusal(explicit, "0.0.0.0") is None
     keyed = GatewayConfig.from_env(SETTINGS, {"STREAM_GATEWAY_JWT_KEYS": "/k"})
     assert bind_refusal(keyed, "0.0.0.0") is None
+
+
+def test_embed_origins_are_read_as_a_browser_writes_an_origin() -> None:
+    assert GatewayConfig.from_env(SETTINGS, {}).embed_origins == ()  # today's page
+    env = {
+        "STREAM_GATEWAY_EMBED_ORIGINS": (
+            " https://App.Example.com:443, http://127.0.0.1:8081,,HTTPS://app.example.com"
+            " , http://intranet:80"
+        )
+    }
+    config = GatewayConfig.from_env(SETTINGS, env)
+    assert config.embed_origins == (
+        "https://app.example.com",
+        "http://127.0.0.1:8081",
+        "http://intranet",
+    )
+
+
+@pytest.mark.parametrize(
+    ("origin", "message"),
+    [
+        ("*", "no wildcards"),
+        ("https://*.example.com", "no wildcards"),
+        ("app.example.com", "http:// or https://"),
+        ("null", "http:// or https://"),
+        ("file:///etc", "http:// or https://"),
+        ("https:/app.example.com", "http:// or https://"),
+        ("https://app.example.com/", "no path"),
+        ("https://app.example.com/embed", "no path"),
+        ("https://app.example.com?x", "no path"),
+        ("https://app.example.com#", "no path"),
+        ("https://user@app.example.com", "no user name"),
+        ("https://app.example.com:0", "1 to 65535"),
+        ("https://app.example.com:70000", "1 to 65535"),
+        ("https://app.example.com:http", "1 to 65535"),
+        ("http://[::1]:8080", "IPv6"),
+        ("https://app.example.com https://b.example.com", "spaces"),
+        ("https://app;example.com", "not a host name"),
+        ("https://app'.example.com", "not a host name"),
+        ("https://-app.example.com", "not a host name"),
+        ("https://app..example.com", "not a host name"),
+        ("https://bücher.example", "xn--"),
+    ],
+)
+def test_bad_embed_origins_stop_the_gateway_naming_the_fault(origin: str, message: str) -> None:
+    env = {"STREAM_GATEWAY_EMBED_ORIGINS": f"https://ok.example.com,{origin}"}
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        GatewayConfig.from_env(SETTINGS, env)
+    assert "STREAM_GATEWAY_EMBED_ORIGINS" in str(refused.value)
+    assert repr(origin.strip()) in str(refused.value)
+
+
+def test_a_config_built_in_code_holds_canonical_origins_only() -> None:
+    assert web_origin("https://app.example.com") == "https://app.example.com"
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("write 'https://APP.example.com:443' as 'https://app.example.com'"),
+    ):
+        GatewayConfig(embed_origins=("https://APP.example.com:443",))
+    with pytest.raises(ConfigError, match="no path"):
+        GatewayConfig(embed_origins=("https://app.example.com/",))
