@@ -1,5 +1,6 @@
 """Process-wide runtime settings shared by the worker and the offline commands."""
 
+import asyncio
 import gc
 
 YOUNG = 50_000  # allocations between passes over the youngest generation (offline)
@@ -31,3 +32,15 @@ def worker_young(batch_max: int) -> int:
     per event of ``batch_max`` keeps them out of it; cyclic garbage, which a batch does
     not make (``tests/unit/session/test_batch.py``), waits that much longer."""
     return max(YOUNG, 20 * batch_max)
+
+
+def use_uvloop() -> bool:
+    """uvloop's event loop policy for loops created from now on (the worker's loop and its
+    consumer thread's both take it); False if unavailable."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a dependency of the worker (faust[uvloop])
+        return False
+    if not isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy):
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True

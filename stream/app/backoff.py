@@ -1,6 +1,6 @@
 """While the broker is away: aiokafka's clients wait between metadata attempts instead of
 spinning (``BackoffClient``), and aiokafka's repeated log lines are rate-limited
-(``RepeatFilter``). The consumer (``stream.app.consumer``) and the producer
+(``RepeatFilter``). The consumer (``stream.app.fetch``) and the producer
 (``stream.app.producer``) both build on these.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from aiokafka.client import AIOKafkaClient  # type: ignore[import-untyped]
 
-AIOKAFKA_VERSION = "0.14.0"  # what BackoffClient overrides was written against (via Faust)
+from stream.app.internals import AIOKAFKA_VERSION  # what BackoffClient was written against
 
 
 class BackoffClient(AIOKafkaClient):  # type: ignore[misc]

@@ -246,16 +246,16 @@ class GuardedRecords:
     budget = 8_000_000  # set by ``install``
 
     def __init__(self, buffer: Any) -> None:
-        self._records = _memory_records(buffer)
+        self._unpacked = _memory_records(buffer)
         self._raw = memoryview(buffer)
         self._at = 0  # where the next batch begins: offset (8), length (4), the rest
         self._inflated = [0]
 
     def has_next(self) -> bool:
-        return self._inflated[0] < self.budget and bool(self._records.has_next())
+        return self._inflated[0] < self.budget and bool(self._unpacked.has_next())
 
     def next_batch(self) -> Any:
-        batch = self._records.next_batch()
+        batch = self._unpacked.next_batch()
         if batch is None:
             return None
         at = self._at
@@ -264,7 +264,7 @@ class GuardedRecords:
         return GuardedBatch(batch, self._raw[at : self._at], self._inflated)
 
     def size_in_bytes(self) -> int:
-        return int(self._records.size_in_bytes())
+        return int(self._unpacked.size_in_bytes())
 
 
 def _memory_records(buffer: Any) -> Any:

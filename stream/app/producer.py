@@ -60,9 +60,9 @@ class BatchSender:
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self._pending: list[tuple[str, int | None, bytes | None, bytes | None, Any, Any]] = []
-        self._group: asyncio.Future[None] | None = None  # the pending records' delivery
-        self._partitions: dict[str, tuple[int, dict[bytes, int]]] = {}
+        self._queued: list[tuple[str, int | None, bytes | None, bytes | None, Any, Any]] = []
+        self._delivery: asyncio.Future[None] | None = None  # the pending records' delivery
+        self._partition_counts: dict[str, tuple[int, dict[bytes, int]]] = {}
         self._flushing: asyncio.Task[None] | None = None
         self._sending = asyncio.Lock()  # one flush submits at a time: records stay in order
 
@@ -78,11 +78,11 @@ class BatchSender:
         """Queue one record; returns the delivery of the records queued with it. Once a
         record is delivered, ``on_sent(partition, offset)`` runs (once per record batch,
         with the batch's highest offset among records that share it)."""
-        group = self._group
+        group = self._delivery
         if group is None:
-            group = self._group = asyncio.get_running_loop().create_future()
-            self._flushing = asyncio.ensure_future(self._flush(group))
-        self._pending.append((topic, partition, key, value, headers, on_sent))
+            group = self._delivery = asyncio.get_running_loop().create_future()
+            self._flushing = asyncio.ensure_future(self._flush_group(group))
+        self._queued.append((topic, partition, key, value, headers, on_sent))
         return group
 
     async def left(self, turns: int = 32) -> int:
@@ -112,13 +112,13 @@ class BatchSender:
         accumulator = getattr(producer, "_message_accumulator", None)
         return bool(getattr(accumulator, "_batches", None))
 
-    async def _flush(self, group: "asyncio.Future[None]") -> None:
+    async def _flush_group(self, group: "asyncio.Future[None]") -> None:
         await asyncio.sleep(0)  # the rest of the batch's records join first
-        pending, self._pending, self._group = self._pending, [], None
+        pending, self._queued, self._delivery = self._queued, [], None
         deliveries: list[tuple[asyncio.Future[Any], list[tuple[Sent, int, int]]]] = []
         try:
             async with self._sending:
-                await self._send(pending, deliveries)
+                await self._send_records(pending, deliveries)
         except BaseException as error:
             # What was submitted before the error still reports its offsets.
             _settle(group, deliveries, error)
@@ -127,7 +127,7 @@ class BatchSender:
             return
         _settle(group, deliveries)
 
-    async def _send(
+    async def _send_records(
         self,
         pending: list[Any],
         deliveries: list[tuple["asyncio.Future[Any]", list[tuple[Sent, int, int]]]],
@@ -140,7 +140,7 @@ class BatchSender:
         for record in pending:
             topic, partition = record[0], record[1]
             if partition is None:
-                partition = await self._partition(producer, topic, record[2], topics)
+                partition = await self._partition_of(producer, topic, record[2], topics)
             groups.setdefault((topic, partition), []).append(record)
         for (topic, partition), records in groups.items():
             start = 0
@@ -161,7 +161,7 @@ class BatchSender:
                 deliveries.append((delivery, _callbacks(records[start:end], partition)))
                 start = end
 
-    async def _partition(
+    async def _partition_of(
         self,
         producer: Any,
         topic: str,
@@ -169,7 +169,7 @@ class BatchSender:
         topics: dict[str, tuple[list[int], list[int]]],
     ) -> int:
         """The producer's partitioner's choice for ``key`` (remembered unless None)."""
-        known = self._partitions.get(topic)
+        known = self._partition_counts.get(topic)
         if key is not None and known is not None:
             found = known[1].get(key)
             if found is not None:
@@ -185,7 +185,7 @@ class BatchSender:
         chosen = int(producer._partitioner(key, every, available))
         if key is not None:
             if known is None or known[0] != len(every) or len(known[1]) >= self.REMEMBERED:
-                known = self._partitions[topic] = (len(every), {})
+                known = self._partition_counts[topic] = (len(every), {})
             known[1][key] = chosen
         return chosen
 

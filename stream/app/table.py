@@ -33,15 +33,15 @@ class KeptRecords:
     def __init__(self, keep: int) -> None:
         self.keep = keep
         # Least recently written first: every write moves a session to the end.
-        self._records: OrderedDict[tuple[int, bytes], tuple[bytes, SessionRecord]] = OrderedDict()
+        self._kept: OrderedDict[tuple[int, bytes], tuple[bytes, SessionRecord]] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._kept)
 
     def recall(self, key: bytes, partition: int, row: bytes) -> SessionRecord | None:
         """The record kept for ``row`` (the core's ``batch.Recall``), handed out once: the
         fold goes on folding it in place."""
-        kept = self._records.pop((partition, key), None)
+        kept = self._kept.pop((partition, key), None)
         if kept is None or kept[0] != row:  # a restore or a sweep wrote the row since
             return None
         return kept[1]
@@ -50,7 +50,7 @@ class KeptRecords:
         """Keep the records a batch wrote; past ``keep`` the least recently written go."""
         if self.keep <= 0:
             return
-        records = self._records
+        records = self._kept
         for change in changes:
             if change.record is not None:
                 where = (change.partition, change.key)

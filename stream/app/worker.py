@@ -3,7 +3,7 @@ the sessions table, and publishing every change to Kafka and Redis.
 
 ``Worker.start`` is the one start-up sequence (``stream worker`` and ``faust -A stream.app``
 both call it); ``Worker.commit`` states the order that makes a commit safe. The parts it
-wires: the consumer (``stream.app.consumer``: records in bulk), the table
+wires: the consumer (``stream.app.fetch``, ``stream.app.batching``: records in bulk), the table
 (``stream.app.table``), the producer (``stream.app.producer``: a batch's records out),
 the publisher (``stream.publish``: Kafka, then Redis) and the metrics (``stream.ops``).
 
@@ -24,7 +24,8 @@ import faust
 from faust.types import TP
 
 from stream import native
-from stream.app import consumer, inflate
+from stream.app import batching, fetch, inflate
+from stream.app.monitor import LeanMonitor
 from stream.app.producer import BatchSender, Outbox
 from stream.app.table import RAW, SessionTable
 from stream.config import Settings
@@ -32,7 +33,7 @@ from stream.ops import control, metrics
 from stream.ops.admin import ensure_topics
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
-from stream.runtime import tune_gc, worker_young
+from stream.runtime import tune_gc, use_uvloop, worker_young
 from stream.session import codec
 from stream.session.batch import BatchResult, Counts, Message, fold_batch
 from stream.session.expiry import Deadlines, sweep
@@ -50,7 +51,7 @@ log = logging.getLogger("stream.worker")
 def faust_app(settings: Settings, partitions: int) -> faust.App:
     """The Faust app as the worker runs it: at-least-once, RocksDB tables, acks=all, the
     lean monitor, and every timing from ``settings``."""
-    consumer.use_uvloop()  # before the worker creates its event loops
+    use_uvloop()  # before the worker creates its event loops
     return faust.App(
         settings.app_id,
         env={},  # our settings only: see the module docstring
@@ -78,9 +79,9 @@ def faust_app(settings: Settings, partitions: int) -> faust.App:
         broker_max_poll_interval=settings.max_poll_interval,
         stream_wait_empty=True,
         # The agent's queue holds two full batches: the hand-over waits for room beyond
-        # that (consumer.BulkConsumer._room), and a batch can grow to its cap under load.
+        # that (fetch.BulkConsumer._room), and a batch can grow to its cap under load.
         stream_buffer_maxsize=max(4096, 2 * settings.batch_max),
-        Monitor=consumer.LeanMonitor,
+        Monitor=LeanMonitor,
     )
 
 
@@ -136,9 +137,9 @@ class Worker:
         self.settings = settings
         self.partitions = partitions or settings.partitions
         self.app = app = faust_app(settings, self.partitions)
-        # The input topic's records reach the agent in bulk (stream.app.consumer), inflated
+        # The input topic's records reach the agent in bulk (stream.app.fetch), inflated
         # within bounds whatever a producer compressed (stream.app.inflate).
-        consumer.install(
+        fetch.install(
             app, [settings.input_topic], settings.fetch_max_wait, settings.max_buffered_bytes
         )
         inflate.install(inflate.Bounds(settings.max_inflated_bytes, settings.max_inflated_bytes))
@@ -160,7 +161,6 @@ class Worker:
         self._publisher: Publisher | None = None
         self._last: Flight | None = None  # the batch taken last (Worker.take)
         self._wire()
-        app.stream_metrics = self.stats  # type: ignore[attr-defined]
 
     @classmethod
     def start(cls, settings: Settings) -> "Worker":
@@ -206,7 +206,7 @@ class Worker:
         either (faust-streaming #606).
         """
         try:
-            await self._commit(batch, flight)
+            await self._commit_batch(batch, flight)
         except BaseException as error:
             for future in (flight.sent, flight.delivered):  # the batch after it stops too
                 if not future.done():
@@ -214,7 +214,7 @@ class Worker:
                     future.exception()  # retrieved: the task's own error is the one raised
             raise
 
-    async def _commit(self, batch: list[Any], flight: "Flight") -> None:
+    async def _commit_batch(self, batch: list[Any], flight: "Flight") -> None:
         stats = self.stats
         after = flight.after
         cpu = time.thread_time  # the loop's thread: how much of a step was work, not waiting
@@ -270,7 +270,7 @@ class Worker:
                 stats.observe_loop_cpu(folded - started, sent - folded, None)
         except Exception:
             log.exception("metrics of a batch not recorded")
-        consumer.ack(batch, self.app.consumer)  # 7
+        batching.ack(batch, self.app.consumer)  # 7
 
     async def _landed(self) -> None:
         """With the lock held: wait until every batch folded so far is acked (its waits
@@ -378,7 +378,7 @@ class Worker:
         sooner at a fraction of capacity."""
         settings = self.settings
         try:
-            async for batch in consumer.batches(
+            async for batch in batching.batches(
                 stream, settings.batch_max, settings.batch_within, settings.batch_sessions
             ):
                 behind = getattr(batch, "behind", 0) >= settings.batch_max
@@ -566,7 +566,7 @@ class Worker:
                 )
 
         @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-        async def _assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        async def _on_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
             topic = settings.input_topic
             stats.assigned = sorted(tp.partition for tp in assigned if tp.topic == topic)
 

@@ -64,37 +64,19 @@ def register(commands: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    import faust
-    from confluent_kafka import KafkaException
-
-    from stream.app.worker import Worker
+    from stream.app import run
 
     settings = Settings.from_env()
+    logging_config = json_logging(args.loglevel.upper()) if settings.log_format == "json" else None
     try:
-        app = Worker.start(settings).app
-    except (KafkaException, RuntimeError) as error:
+        return run.run(settings, args.loglevel, logging_config)
+    except run.SetupError as error:
         print(
             f"stream worker: cannot prepare topics on {settings.bootstrap_servers}"
             f" (KAFKA_BOOTSTRAP_SERVERS): {error}",
             file=sys.stderr,
         )
-        return 1
-    level = args.loglevel.upper()
-    options: dict[str, Any] = {}
-    if settings.log_format == "json":
-        options["logging_config"] = json_logging(level)
-    worker = faust.Worker(app, loglevel=level, quiet=True, **options)
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    else:
-        code = 0
-    fatal = app.stream_metrics.fatal  # type: ignore[attr-defined]
-    if fatal:
-        print(f"stream worker: stopped: {fatal}", file=sys.stderr)
-        return 3
-    return code
+        return run.EXIT_SETUP
 
 
 def json_logging(level: str) -> dict[str, Any]:

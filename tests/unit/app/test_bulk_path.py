@@ -1,4 +1,4 @@
-"""The bulk consumer path (stream.app.consumer, stream.app.producer) without a broker:
+"""The bulk consumer path (stream.app.fetch, batching, producer) without a broker:
 what it hands the agent, what it tracks, how a batch's records are grouped and their
 deliveries resolved."""
 
@@ -12,8 +12,9 @@ import pytest
 from faust.types import TP
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from stream.app import consumer as app_consumer
+from stream.app import batching, bulkqueue, fetch, internals
 from stream.app import producer as app_producer
+from stream.app.monitor import LeanMonitor
 from stream.app.table import RAW
 from stream.app.worker import build_app
 from stream.config import Settings
@@ -112,7 +113,7 @@ def test_a_batch_is_what_has_arrived_up_to_the_maximum() -> None:
         stream = FakeStream(FakeApp())
         _put(stream.channel.queue, _messages(3))
         _put(stream.channel.queue, _messages(4, start=3))
-        taken = app_consumer.batches(stream, 5)
+        taken = batching.batches(stream, 5)
         return [await anext(taken), await anext(taken)]
 
     first, second = asyncio.run(run())
@@ -126,7 +127,7 @@ def test_a_split_list_keeps_its_order_before_what_came_after() -> None:
         queue = stream.channel.queue
         _put(queue, _messages(7))
         _put(queue, _messages(2, start=7))
-        taken = app_consumer.batches(stream, 3)
+        taken = batching.batches(stream, 3)
         return [await anext(taken) for _ in range(3)]
 
     assert [[m.offset for m in batch] for batch in asyncio.run(run())] == [
@@ -143,7 +144,7 @@ def test_the_queue_counts_messages_not_lists() -> None:
         _put(queue, _messages(3))
         _put(queue, _messages(4, start=3))
         queued = queue.bulk_events
-        await anext(app_consumer.batches(stream, 10))
+        await anext(batching.batches(stream, 10))
         return queued, queue.bulk_events
 
     assert asyncio.run(run()) == (7, 0)
@@ -153,7 +154,7 @@ def test_anything_but_a_list_on_the_queue_is_refused() -> None:
     async def run() -> None:
         stream = FakeStream(FakeApp())
         stream.channel.queue.put_nowait(FakeMessage("in", 0, 0))
-        await anext(app_consumer.batches(stream, 10))
+        await anext(batching.batches(stream, 10))
 
     with pytest.raises(TypeError, match="lists of messages"):
         asyncio.run(run())
@@ -164,7 +165,7 @@ def test_a_batch_is_tracked_as_one_and_not_acked() -> None:
         app = FakeApp()
         stream = FakeStream(app)
         _put(stream.channel.queue, _messages(3))
-        return app, await anext(app_consumer.batches(stream, 10))
+        return app, await anext(batching.batches(stream, 10))
 
     app, batch = asyncio.run(run())
     assert len(batch) == 3 and not any(m.acked for m in batch)
@@ -179,7 +180,7 @@ def test_messages_of_an_older_generation_are_dropped_untracked_and_unacked() -> 
         stale, fresh = _messages(2, generation=1), _messages(2, generation=2, start=2)
         _put(stream.channel.queue, stale)
         _put(stream.channel.queue, fresh)
-        return app, stale, await anext(app_consumer.batches(stream, 10))
+        return app, stale, await anext(batching.batches(stream, 10))
 
     app, stale, batch = asyncio.run(run())
     assert [m.offset for m in batch] == [2, 3]
@@ -193,7 +194,7 @@ def test_messages_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_g
         stream = FakeStream(app)
         _put(stream.channel.queue, _messages(2, generation=1))
         _put(stream.channel.queue, _messages(1, generation=2, start=2))
-        pending = asyncio.ensure_future(anext(app_consumer.batches(stream, 10)))
+        pending = asyncio.ensure_future(anext(batching.batches(stream, 10)))
         await asyncio.sleep(0.01)
         assert not pending.done()  # held while the flow is suspended
         app.consumer_generation_id = 2  # the rebalance that suspended it moved on
@@ -208,7 +209,7 @@ def test_resuming_flow_control_does_not_drop_queued_messages() -> None:
         flow = FlowControlEvent(initially_suspended=False)
         app = FakeApp()
         stream = FakeStream(app, FakeChannel(flow))
-        taken = app_consumer.batches(stream, 10)
+        taken = batching.batches(stream, 10)
         first = asyncio.ensure_future(anext(taken))
         await asyncio.sleep(0)  # the agent holds its queue now
         _put(stream.channel.queue, _messages(1))
@@ -227,7 +228,7 @@ def test_linger_waits_for_more_messages() -> None:
         queue = stream.channel.queue
         _put(queue, _messages(1))
         asyncio.get_running_loop().call_later(0.01, _put, queue, _messages(1, start=1))
-        return await anext(app_consumer.batches(stream, 10, linger=0.2))
+        return await anext(batching.batches(stream, 10, linger=0.2))
 
     assert [m.offset for m in asyncio.run(run())] == [0, 1]
 
@@ -248,7 +249,7 @@ def test_with_a_session_bound_partitions_take_turns_longest_waiting_first() -> N
         _put(queue, _sessions(0, ["a", "b", "a"]))
         _put(queue, _sessions(1, ["c", "d"]))
         _put(queue, _sessions(2, ["e"]))
-        taken = app_consumer.batches(stream, 100, sessions=2)
+        taken = batching.batches(stream, 100, sessions=2)
         first = await anext(taken)  # partition 0 alone holds two sessions
         _put(queue, _sessions(0, ["b"], start=3))  # joins partition 0, behind 1 and 2
         second = await anext(taken)
@@ -270,7 +271,7 @@ def test_partitions_join_a_batch_while_their_sessions_fit_and_a_large_one_goes_a
         _put(queue, _sessions(1, ["e", "e"]))
         _put(queue, _sessions(2, ["f"]))
         _put(queue, _sessions(3, ["g", "h"]))
-        taken = app_consumer.batches(stream, 100, sessions=3)
+        taken = batching.batches(stream, 100, sessions=3)
         return [await anext(taken) for _ in range(3)]
 
     assert [sorted({m.partition for m in batch}) for batch in asyncio.run(run())] == [
@@ -286,7 +287,7 @@ def test_a_whole_batch_waiting_takes_every_partition(max_: int, partitions: list
         stream = FakeStream(FakeApp())
         _put(stream.channel.queue, _sessions(0, ["a", "b"]))
         _put(stream.channel.queue, _sessions(1, ["c", "d"]))
-        return await anext(app_consumer.batches(stream, max_, sessions=1))
+        return await anext(batching.batches(stream, max_, sessions=1))
 
     assert sorted({m.partition for m in asyncio.run(run())}) == partitions
 
@@ -296,7 +297,7 @@ def test_without_a_session_bound_a_batch_takes_every_partition() -> None:
         stream = FakeStream(FakeApp())
         _put(stream.channel.queue, _sessions(0, ["a", "b"]))
         _put(stream.channel.queue, _sessions(1, ["c", "d"]))
-        return await anext(app_consumer.batches(stream, 100))
+        return await anext(batching.batches(stream, 100))
 
     assert _where(asyncio.run(run())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
@@ -307,7 +308,7 @@ def test_a_partition_over_the_maximum_goes_on_after_the_others() -> None:
         queue = stream.channel.queue
         for partition, key in enumerate("abc"):
             _put(queue, _sessions(partition, [key]))
-        taken = app_consumer.batches(stream, 4, sessions=1)
+        taken = batching.batches(stream, 4, sessions=1)
         first = await anext(taken)  # partition 0 alone; 1 and 2 wait
         _put(queue, _sessions(1, ["b", "d", "e", "f"], start=1))  # a backlog on partition 1
         return [first, await anext(taken), await anext(taken)]
@@ -324,7 +325,7 @@ def test_no_more_than_a_batch_leaves_the_queue_that_holds_the_hand_over_back() -
         queue = stream.channel.queue
         for partition in range(5):
             _put(queue, _sessions(partition, ["a", "b"]))
-        batch = await anext(app_consumer.batches(stream, 3, sessions=1))
+        batch = await anext(batching.batches(stream, 3, sessions=1))
         return queue.bulk_events, queue.qsize(), _where(batch)
 
     # Two partitions (four messages, a batch's worth) left the queue; the batch took three.
@@ -343,8 +344,8 @@ def test_no_more_than_the_byte_bound_leaves_the_queue_and_a_full_one_holds_the_h
         queue = stream.channel.queue
         for partition in range(4):
             _put(queue, [FakeMessage("in", partition, i) for i in range(6)])
-        batch = await anext(app_consumer.batches(stream, 100))
-        return len(batch), queue.bulk_events, queue.bulk_bytes, app_consumer._bulk_full(queue)
+        batch = await anext(batching.batches(stream, 100))
+        return len(batch), queue.bulk_events, queue.bulk_bytes, bulkqueue.full(queue)
 
     # Of 2,400 bytes, two lists (1,200 bytes) left the queue: the first that crossed the
     # bound was the last; the 1,200 left still hold the hand-over back.
@@ -357,7 +358,7 @@ def test_waiting_messages_of_an_older_generation_are_dropped() -> None:
         stream = FakeStream(app)
         for partition in range(3):
             _put(stream.channel.queue, _sessions(partition, ["a"]))
-        taken = app_consumer.batches(stream, 100, sessions=1)
+        taken = batching.batches(stream, 100, sessions=1)
         first = await anext(taken)
         app.consumer_generation_id = 2  # a rebalance: partitions 1 and 2 are fetched again
         second = asyncio.ensure_future(anext(taken))
@@ -376,7 +377,7 @@ def test_a_closing_channel_ends_the_batches() -> None:
     async def run() -> list[Any]:
         stream = FakeStream(FakeApp())
         await stream.channel.queue.throw(StopAsyncIteration())
-        return [batch async for batch in app_consumer.batches(stream, 10)]
+        return [batch async for batch in batching.batches(stream, 10)]
 
     assert asyncio.run(run()) == []
 
@@ -397,7 +398,7 @@ def test_ack_releases_each_message_and_acks_it_on_its_last_reference() -> None:
 
     last, shared, done = Message(1), Message(2), Message(1, acked=True)
     consumer = Consumer()
-    app_consumer.ack([last, shared, done], consumer)
+    batching.ack([last, shared, done], consumer)
     assert consumer.acked == [last]
     assert shared.refcount == 1 and not shared.acked  # another channel still holds it
     assert done.refcount == 1  # already acked: untouched
@@ -612,7 +613,7 @@ def test_a_record_that_fits_no_batch_fails_the_send_loudly() -> None:
 
 
 def test_the_lean_monitor_keeps_only_what_the_slow_stream_check_reads() -> None:
-    monitor = app_consumer.LeanMonitor()
+    monitor = LeanMonitor()
     monitor.on_message_in(("in", 0), 5, object())
     assert monitor.messages_received_total == 0
     monitor.on_stream_event_in(("in", 0), 5, object(), object())
@@ -623,10 +624,10 @@ def test_the_lean_monitor_keeps_only_what_the_slow_stream_check_reads() -> None:
 def test_the_worker_app_takes_the_bulk_consumer_path(tmp_path: Path) -> None:
     settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
     app = build_app(settings, 2)
-    assert isinstance(app.transport, app_consumer.BulkTransport)
-    assert app.transport.Consumer is app_consumer.BulkConsumer
+    assert isinstance(app.transport, fetch.BulkTransport)
+    assert app.transport.Consumer is fetch.BulkConsumer
     assert app.transport.bulk_topics == frozenset({"events-in"})
-    assert app.conf.Monitor is app_consumer.LeanMonitor
+    assert app.conf.Monitor is LeanMonitor
 
 
 async def _unused(*args: Any) -> None:  # pragma: no cover - never called
@@ -663,7 +664,7 @@ def test_acking_in_bulk_keeps_fausts_bookkeeping(tmp_path: Path) -> None:
             if bulk:
                 consumer.ack_many(messages)
             else:
-                app_consumer.ack(messages, OneByOne(consumer))
+                batching.ack(messages, OneByOne(consumer))
             states.append(
                 (
                     dict(consumer._acked),
@@ -692,7 +693,7 @@ def test_an_acked_batch_leaves_the_set_faust_waits_on(tmp_path: Path) -> None:
         consumer = app.transport.create_consumer(
             callback=_unused, on_partitions_revoked=_unused, on_partitions_assigned=_unused
         )
-        batch = app_consumer.Batch(
+        batch = batching.Batch(
             FaustMessage("events-in", 0, offset, 0.0, 0, None, b"k", b"v", None)
             for offset in (4, 5)
         )
@@ -700,7 +701,7 @@ def test_an_acked_batch_leaves_the_set_faust_waits_on(tmp_path: Path) -> None:
             message.incref(1)
         consumer._unacked_messages.add(batch)  # what ``batches`` does
         before = len(consumer._unacked_messages)
-        app_consumer.ack(batch, consumer)
+        batching.ack(batch, consumer)
         return (
             before,
             len(consumer._unacked_messages),
@@ -786,7 +787,7 @@ def test_a_hand_over_a_seek_came_before_notes_what_it_dropped(tmp_path: Path) ->
 
 
 def test_faust_is_the_version_the_bulk_consumer_was_written_against() -> None:
-    assert faust.__version__ == app_consumer.FAUST_VERSION
+    assert faust.__version__ == internals.FAUST_VERSION
 
 
 if __name__ == "__main__":  # pragma: no cover
@@ -806,14 +807,14 @@ class Log:
 
 
 def test_a_jump_in_offsets_is_fetched_again_before_it_counts_as_a_gap() -> None:
-    holes, tp = app_consumer.Holes(), ("events", 1)
+    holes, tp = fetch.Holes(), ("events", 1)
     assert not holes.confirmed(tp, 10, 70)  # first sight: fetch from 10 again
     assert holes.confirmed(tp, 10, 70)  # the same jump again: a real hole (Faust's gap)
     assert not holes.spans
 
 
 def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> None:
-    holes, tp, log = app_consumer.Holes(), ("events", 1), Log()
+    holes, tp, log = fetch.Holes(), ("events", 1), Log()
     assert not holes.confirmed(tp, 10, 70)
     holes.taken(tp, 10, log)  # the record before the span, again: still checking
     assert holes.spans and not log.warnings
@@ -824,7 +825,7 @@ def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> No
 
 
 def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
-    holes = app_consumer.Holes()
+    holes = fetch.Holes()
     assert not holes.confirmed(("events", 0), 5, 9)
     assert not holes.confirmed(("events", 1), 5, 9)
     assert not holes.confirmed(("events", 0), 5, 8)  # not the jump fetched again
@@ -833,7 +834,7 @@ def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
 
 
 def test_a_span_handed_over_before_a_seek_moved_the_read_offset_back_is_redelivered() -> None:
-    holes, tp, log = app_consumer.Holes(), ("events", 0), Log()
+    holes, tp, log = fetch.Holes(), ("events", 0), Log()
     holes.handed[tp] = 238  # taken, then perform_seek set the read offset back to 217
     assert not holes.confirmed(tp, 217, 239)
     holes.taken(tp, 218, log)
@@ -845,7 +846,7 @@ def test_records_dropped_for_a_seek_are_noted_from_their_first_offset() -> None:
     class Record:
         offset: int
 
-    holes = app_consumer.Holes()
+    holes = fetch.Holes()
     holes.drop([(("events", 0), [Record(75), Record(76)]), (("events", 1), [])])
     holes.drop([(("events", 0), [Record(80)])])  # later ones of the same partition
     assert holes.dropped == {("events", 0): 75}  # fetched again from the read offset
@@ -856,7 +857,7 @@ def test_nothing_fetched_before_or_during_a_seek_to_committed_is_handed_over() -
     moves past them), then seeks every partition to its committed offset. A fetch taken
     while that seek is under way comes from where the fetcher was: handing it over would
     fold later records first and set a read offset past those the seek brings back."""
-    bulk = object.__new__(app_consumer.BulkConsumer)
+    bulk = object.__new__(fetch.BulkConsumer)
     seeking = asyncio.Event()
     release = asyncio.Event()
 
@@ -908,7 +909,7 @@ def test_the_offset_to_commit_is_fausts(tmp_path: Path) -> None:
         chance.shuffle(offsets)
         committed = chance.choice([None, 0, offsets[0], min(offsets) - 2, min(offsets) + 1])
         outcomes = []
-        for new_offset in (app_consumer.BulkConsumer._new_offset, FaustConsumer._new_offset):
+        for new_offset in (fetch.BulkConsumer._new_offset, FaustConsumer._new_offset):
             consumer._acked[tp] = list(offsets)
             consumer._acked_index[tp] = set(offsets)
             consumer._committed_offset[tp] = committed

@@ -121,7 +121,7 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rig:
     worker._publisher = Publisher(settings, outbox, sink)  # type: ignore[arg-type]
     acked: list[int] = []
     folds: list[int] = []
-    monkeypatch.setattr(app_worker.consumer, "ack", lambda batch, _: acked.append(batch[0].offset))
+    monkeypatch.setattr(app_worker.batching, "ack", lambda batch, _: acked.append(batch[0].offset))
     fold = app_worker.fold_batch
 
     def counted(messages: Any, *args: Any) -> Any:

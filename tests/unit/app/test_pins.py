@@ -1,10 +1,11 @@
 """The versions the code was written against are the versions installed, and the locks agree.
 
-``stream/app/consumer.py`` overrides internals of faust-streaming (``BulkConsumer``) and
-``stream/app/backoff.py`` of aiokafka (``BackoffClient``), so pyproject.toml pins both
-exactly. These tests fail when a pin is loosened, when the installed distribution differs
-from the pin (a venv not built from the lock) and when pyproject.toml, the modules' notes
-and the locks disagree.
+``stream/app/`` relies on private names of faust-streaming, mode-streaming and aiokafka
+(``stream.app.internals`` lists them, generated from the code and checked here), so
+pyproject.toml pins all three exactly. These tests fail when a pin is loosened, when the
+installed distribution differs from the pin (a venv not built from the lock), when
+pyproject.toml, the modules' notes and the locks disagree, and when the edge uses a
+private name the list does not hold.
 
 The locks (README: "Dependencies and the lock files"): ``requirements-dev.lock`` is what
 ``make setup`` installs; ``requirements.lock`` (the image's virtualenv) and
@@ -14,6 +15,8 @@ version they pin is one the dev lock pins, with the same hashes.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
 import tomllib
 from dataclasses import dataclass
@@ -24,15 +27,19 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from stream.app.backoff import AIOKAFKA_VERSION
-from stream.app.consumer import FAUST_VERSION
+from stream.app import internals
+from stream.app.internals import AIOKAFKA_VERSION, FAUST_VERSION, MODE_VERSION
 
 ROOT = Path(__file__).resolve().parents[3]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LOCKS = ("requirements.lock", "requirements-dev.lock", "requirements-build.lock")
 
 # What the edge was written against (its notes say so) and pyproject.toml pins exactly.
-EXACT = {"faust-streaming": FAUST_VERSION, "aiokafka": AIOKAFKA_VERSION}
+EXACT = {
+    "faust-streaming": FAUST_VERSION,
+    "mode-streaming": MODE_VERSION,
+    "aiokafka": AIOKAFKA_VERSION,
+}
 
 
 def _requirements(lines: list[str]) -> dict[str, Requirement]:
@@ -86,7 +93,7 @@ def test_pinned_exactly_at_the_version_the_edge_was_written_against(name: str) -
     assert "*" not in specifier.version, f"{name}: a wildcard is not an exact pin"
     assert specifier.version == EXACT[name], (
         f"pyproject.toml pins {name} {specifier.version}, the edge was written against "
-        f"{EXACT[name]}: review its overrides (docs/notes/010-bulk-consumer-path.md) first"
+        f"{EXACT[name]}: review stream.app.internals (and note 010) first"
     )
 
 
@@ -150,3 +157,63 @@ def test_dev_only_packages_stay_out_of_the_runtime_lock(
 def test_locks_pin_the_exact_versions(name: str, locks: dict[str, dict[str, Pin]]) -> None:
     for lock in ("requirements.lock", "requirements-dev.lock"):
         assert locks[lock][name].version == EXACT[name], f"{lock}: {name}"
+
+
+# -- the private names the edge relies on (stream.app.internals) -----------------------------
+
+LIBRARIES = ("faust", "mode", "aiokafka")
+
+
+def _private_names_used(root: Path) -> dict[str, set[str]]:
+    """Private names ``root``'s modules use: attributes, defined methods (overrides) and
+    names given to getattr/setattr/hasattr, by the files that use them."""
+    used: dict[str, set[str]] = {}
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = None
+            if isinstance(node, ast.Attribute):
+                name = node.attr
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = node.name
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "setattr", "hasattr")
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            ):
+                name = node.args[1].value
+            if name and name.startswith("_") and not name.startswith("__"):
+                used.setdefault(name, set()).add(path.name)
+    return used
+
+
+def _library_names() -> set[str]:
+    """Every private identifier the installed libraries' sources spell."""
+    found: set[str] = set()
+    for library in LIBRARIES:
+        base = Path(importlib.import_module(library).__file__ or "").parent
+        for source in base.rglob("*"):
+            if source.suffix in (".py", ".pyi", ".pyx"):
+                text = source.read_text(encoding="utf-8", errors="ignore")
+                found.update(re.findall(r"\b_[A-Za-z][A-Za-z0-9_]*", text))
+    return found
+
+
+def test_the_list_of_private_names_is_the_code_s() -> None:
+    """Generated from the code: a private name of the libraries used under stream/app/ and
+    not listed (or listed and no longer used) fails here. The edge's own private names
+    must not collide with the libraries' (rename them: the list is what we rely on)."""
+    used = _private_names_used(ROOT / "stream" / "app")
+    theirs = {name for name in used if name in _library_names()}
+    listed = set(internals.RELIED_ON)
+    assert not theirs - listed, {n: sorted(used[n]) for n in sorted(theirs - listed)}
+    assert not listed - theirs, sorted(listed - theirs)
+
+
+def test_every_patched_module_name_exists() -> None:
+    for module_name, names in internals.PATCHED.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            assert hasattr(module, name), f"{module_name}.{name}"
