@@ -250,7 +250,7 @@ def _run(
     Redis' observations."""
     expected = offline_fold(EXAMPLE_PATHS)
     token = signer.token(["*"], sub="interface")
-    brief = signer.token(["*"], sub="brief", expires_in=3)
+    brief = signer.token(["*"], sub="brief", expires_in=8)
     observed: list[dict[str, Any]] = []
 
     def stream_url(session_id: str) -> str:
@@ -261,7 +261,8 @@ def _run(
             SseReader(stream_url(s), {"Authorization": f"Bearer {token}"})
             for s in [*expected, "gappy"]
         ]
-        readers.append(SseReader(f"{stream_url('gappy')}?access_token={brief}", {}))
+        # A token that runs out on a stream whose session stays: `late-a`, made last.
+        readers.append(SseReader(f"{stream_url('late-a')}?access_token={brief}", {}))
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         async with aiohttp.ClientSession(connector=connector) as http:
             tasks = [asyncio.create_task(r.run(http)) for r in readers]
