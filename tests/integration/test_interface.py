@@ -54,16 +54,19 @@ COVERED = {
     "schema/RedisTallies",
     "schema/RedisDeadLetters",
     "schema/RedisRecent",
-    "GET /sessions/{id}/context 200",
-    "GET /sessions/{id}/context 400",
-    "GET /sessions/{id}/context 401",
-    "GET /sessions/{id}/context 404",
-    "GET /sessions/{id}/context 421",
-    "GET /sessions/{id}/context/stream 401",
-    "GET /sessions 200",
-    "GET /sessions 400",
-    "GET /sessions 414",
-    "GET /healthz 200",
+    "GET /sessions/{id}/context 200 application/json",
+    "GET /sessions/{id}/context 400 application/json",
+    "GET /sessions/{id}/context 401 application/json",
+    "GET /sessions/{id}/context 404 application/json",
+    "GET /sessions/{id}/context 421 application/json",
+    "GET /sessions/{id}/context/stream 200 text/event-stream",
+    "GET /sessions/{id}/context/stream 401 application/json",
+    "GET /sessions 200 application/json",
+    "GET /sessions 400 application/json",
+    "GET /sessions 414 application/json",
+    "GET /healthz 200 application/json",
+    "GET / 200 text/html",
+    "GET /sessions/{id} 200 text/html",
 }
 
 
@@ -76,6 +79,7 @@ class SseReader:
     url: str
     headers: dict[str, str]
     status: int = 0
+    content_type: str = ""
     events: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     stray: list[dict[str, str]] = field(default_factory=list)
     ended: bool = False
@@ -84,6 +88,7 @@ class SseReader:
         try:
             async with http.get(self.url, headers=self.headers) as response:
                 self.status = response.status
+                self.content_type = response.headers.get("Content-Type", "")
                 fields: dict[str, str] = {}
                 data: list[bytes] = []
                 async for raw in response.content:
@@ -185,9 +190,10 @@ def _hash(deployment: Deployment, session_id: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
-def _http(gateway: Gateway, path: str, headers: dict[str, str]) -> tuple[int, Any]:
-    status, _, body = gateway.request(path, headers)
-    return status, _json_or_text(body)
+def _http(gateway: Gateway, path: str, headers: dict[str, str]) -> tuple[int, str, Any]:
+    status, answer, body = gateway.request(path, headers)
+    content_type = answer.get("Content-Type", "")
+    return status, content_type, _json_or_text(body) if "json" in content_type else None
 
 
 def _quote(session_id: str) -> str:
@@ -287,6 +293,14 @@ def _run(
     readers = asyncio.run(go())
     assert all(r.status == 200 and not r.stray for r in readers)
     assert readers[-1].named("reauthenticate")
+    observed.append(
+        {
+            "what": "a stream",
+            "path": "/sessions/{id}/context/stream",
+            "status": readers[0].status,
+            "contentType": readers[0].content_type,
+        }
+    )
     for n, reader in enumerate(readers):
         for i, (fields, data) in enumerate(reader.events):
             observed.append(
@@ -374,11 +388,21 @@ def _read(deployment: Deployment, gateway: Gateway, token: str) -> list[dict[str
         ("/sessions?limit=many", "/sessions", bearer, 400),
         ("/sessions?prefix=" + "a" * 3000, "/sessions", bearer, 414),
         ("/healthz", "/healthz", {}, 200),
+        ("/", "/", {}, 200),
+        ("/sessions/gappy", "/sessions/{id}", {}, 200),
     ]
     for url, route, headers, status in answers:
-        got, body = _http(gateway, url, headers)
+        got, content_type, body = _http(gateway, url, headers)
         assert got == status, (url, got, body)
-        observed.append({"what": f"GET {url}", "path": route, "status": got, "body": body})
+        observed.append(
+            {
+                "what": f"GET {url}",
+                "path": route,
+                "status": got,
+                "contentType": content_type,
+                "body": body,
+            }
+        )
     listing = next(o["body"] for o in observed if o.get("what") == "GET /sessions")
     assert len(listing["sessions"]) == len(ids)
     return observed

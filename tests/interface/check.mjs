@@ -9,7 +9,7 @@
 //   {"what", "channel", "key"?, "headers"?, "payload"}   a message of an AsyncAPI channel: it
 //       must match exactly one of the channel's messages (payload, headers, Kafka key);
 //   {"what", "schema", "value"}                         a value of components.schemas;
-//   {"what", "path", "status", "body"}                  a JSON answer of an OpenAPI route.
+//   {"what", "path", "status", "contentType"?, "body"}  an answer of an OpenAPI route.
 // Exit status 0 only when both documents parse cleanly and every observation validates.
 
 import { readFileSync } from "node:fs";
@@ -105,13 +105,18 @@ class Checker {
     return { matched: `schema/${observation.schema}`, errors };
   }
 
+  // An answer of a route: the document must list its status with its media type (the
+  // Content-Type's, parameters dropped; JSON when not given), and a JSON body must fit.
   http(observation) {
     const response = this.api.paths[observation.path]?.get?.responses?.[String(observation.status)];
-    const schema = response?.content?.["application/json"]?.schema;
-    if (!schema) return { errors: [`no JSON response ${observation.status} for ${observation.path}`] };
-    const check = this.compile(this.draft2020, schema);
+    const type = (observation.contentType ?? "application/json").split(";")[0].trim();
+    const matched = `GET ${observation.path} ${observation.status} ${type}`;
+    const media = response?.content?.[type];
+    if (!media) return { errors: [`no ${type} answer ${observation.status} for ${observation.path}`] };
+    if (type !== "application/json") return { matched, errors: [] };
+    const check = this.compile(this.draft2020, media.schema);
     const errors = check(observation.body) ? [] : check.errors.map((e) => `body${e.instancePath} ${e.message}`);
-    return { matched: `GET ${observation.path} ${observation.status}`, errors };
+    return { matched, errors };
   }
 
   check(observation) {

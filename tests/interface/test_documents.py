@@ -61,7 +61,7 @@ def test_the_documents_parse_and_the_folded_examples_fit() -> None:
         "output/update": 4,
         "sessionChannel/update": 4,
         "sessionStream/update": 4,
-        "GET /sessions/{id}/context 200": 4,
+        "GET /sessions/{id}/context 200 application/json": 4,
     }
 
 
@@ -220,6 +220,13 @@ def test_wrong_headers_keys_and_other_messages_are_refused() -> None:
             "path": "/healthz",
             "status": 200,
             "body": {"redis": "yes", "subscribed": True, "clients": 0, "dropped": 0, "refused": 0},
+        },
+        {"what": "an undocumented status", "path": "/healthz", "status": 500, "body": {}},
+        {
+            "what": "HTML where JSON is documented",
+            "path": "/sessions/{id}/context",
+            "status": 200,
+            "contentType": "text/html; charset=utf-8",
         },
     ]
     report = check(good + wrong)
