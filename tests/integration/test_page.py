@@ -1,7 +1,8 @@
 """The gateway's page in headless Chromium (Debian's, driven by Playwright): live from a
 worker over SSE, the ring and the rows move as events are produced; with authentication
 on, the page takes its token from its app (``contextStream.setToken``, or a message from
-the window of an allowed origin that opened it; never from its URL), keeps keyboard focus
+the window of an allowed origin that opened or frames it; never from its URL; an app on
+another loopback port, allowed by ``STREAM_GATEWAY_EMBED_ORIGINS`` or not), keeps keyboard focus
 while its list refreshes, tells a screen reader what matters, and axe-core (tests/oracle's
 npm dependencies) finds no serious or critical violation on either page, light or dark.
 
@@ -11,9 +12,13 @@ would be a console error, which fails the test.
 Screenshots are written to tests/artifacts/ (ignored by git) and their paths printed.
 """
 
+import json
 import math
 import re
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +58,29 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
+@contextmanager
+def checked_page(browser: Browser, expected: tuple[str, ...] = EXPECTED) -> Iterator[Page]:
+    """A page in a fresh context whose scripts must run without an error: console errors
+    other than ``expected`` fail the test."""
     context = browser.new_context(viewport={"width": 860, "height": 760}, device_scale_factor=1)
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
 
     def console(message: ConsoleMessage) -> None:
-        if message.type == "error" and not message.text.startswith(EXPECTED):
+        if message.type == "error" and not message.text.startswith(expected):
             errors.append(message.text)
 
     opened.on("console", console)
     yield opened
     context.close()
     assert errors == [], errors  # the page's scripts ran without an error
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    with checked_page(browser) as opened:
+        yield opened
 
 
 def screenshot(page: Page, name: str) -> Path:
@@ -436,6 +449,152 @@ def test_the_page_takes_its_token_from_its_app_never_from_a_link(
     expect(popup.get_by_test_id("status")).to_have_attribute("data-state", "auth")
     assert popup.evaluate(stored) is None
     popup.close()
+
+
+# -- an app on another origin frames or opens the page ---------------------------------
+# The app's page: it frames the gateway's page (or opens it) and answers the page's ready
+# message with the token, as docs/gateway.md describes; with `blind` it also posts the
+# token every 200 ms to any origin, unasked (what a page that may not hand one over would
+# try). `readies` records the origins whose ready message reached it.
+EMBED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>app</title>
+</head><body><iframe id="meter" title="context meter" width="860" height="700"></iframe>
+<script>
+  const target = %(target)s, token = %(token)s, mode = %(mode)s, blind = %(blind)s;
+  window.readies = [];
+  window.addEventListener("message", (event) => {
+    if (!event.data || event.data.type !== "context-stream:ready") return;
+    window.readies.push(event.origin);
+    event.source.postMessage({ type: "context-stream:token", token }, event.origin);
+  });
+  const frame = document.getElementById("meter");
+  if (mode === "frame") frame.src = target;
+  const meter = mode === "frame" ? frame.contentWindow : window.open(target);
+  const post = () => meter.postMessage({ type: "context-stream:token", token }, "*");
+  if (blind) setInterval(post, 200);
+</script></body></html>"""
+
+
+class AppServer:
+    """A loopback HTTP server of its own port (so its own origin) serving the app's page."""
+
+    def __init__(self) -> None:
+        self.page = b""
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(server.page)))
+                self.end_headers()
+                self.wfile.write(server.page)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.origin = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def serve(self, target: str, token: str, mode: str, blind: bool = False) -> str:
+        """The app's page for this case; returns its URL."""
+        values = {"target": target, "token": token, "mode": mode, "blind": blind}
+        self.page = (EMBED % {k: json.dumps(v) for k, v in values.items()}).encode()
+        return f"{self.origin}/app.html"
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture(scope="module")
+def apps() -> Iterator[tuple[AppServer, AppServer]]:
+    """Two app origins: the gateway allows the first, not the second."""
+    allowed, other = AppServer(), AppServer()
+    yield allowed, other
+    allowed.close()
+    other.close()
+
+
+@pytest.fixture(scope="module")
+def embeddable(
+    live_deployment: Deployment, signer: Signer, apps: tuple[AppServer, AppServer]
+) -> Iterator[Gateway]:
+    keys = live_deployment.workdir / "embed-jwks.json"
+    keys.write_bytes(jwks(signer))
+    started = Gateway.start(
+        live_deployment,
+        STREAM_GATEWAY_JWT_KEYS=str(keys),
+        STREAM_GATEWAY_EMBED_ORIGINS=apps[0].origin,
+    )
+    yield started
+    started.stop()
+
+
+STORED = "() => sessionStorage.getItem('context-stream.access_token')"
+REFUSED_FRAME = "Framing '"  # Chromium's console line for a frame its CSP refuses
+
+
+def test_an_embedding_app_of_an_allowed_origin_hands_the_token_and_no_other_can(
+    live_deployment: Deployment,
+    embeddable: Gateway,
+    apps: tuple[AppServer, AppServer],
+    feeder: Feeder,
+    signer: Signer,
+    browser: Browser,
+) -> None:
+    key, log = "page-auth/embedded", Log.read("example-system-prompts.jsonl")
+    feeder.send(key, log.lines)
+    seq = log.seq_after(len(log.lines))
+    wait_seq(live_deployment, key, seq)
+    token = signer.token(["page-auth/*"], sub="page-user")
+    target = f"{embeddable.url}/sessions/{key.replace('/', '%2F')}"
+    allowed, other = apps
+
+    # Each case in a fresh context: a window a tab opens gets a copy of the tab's
+    # sessionStorage, so a token taken in one case would show up in the next.
+    # Allowed: the app frames the page, the page asks, the app answers, the meter runs.
+    with checked_page(browser) as page:
+        page.goto(allowed.serve(target, token, "frame"))
+        framed = page.frame_locator("#meter")
+        expect(framed.get_by_test_id("status")).to_have_attribute("data-state", "live")
+        expect(framed.get_by_test_id("seq")).to_have_text(f"seq {seq}")
+        assert page.evaluate("() => window.readies") == [embeddable.url]
+        meter = next(f for f in page.frames if f.url.startswith(embeddable.url))
+        assert meter.evaluate(STORED) == token
+
+    # Allowed: the app opens the page instead (no COOP on the page: it keeps its opener).
+    with checked_page(browser) as page:
+        with page.context.expect_page() as opened:
+            page.goto(allowed.serve(target, token, "open"))
+        popup = opened.value
+        expect(popup.get_by_test_id("status")).to_have_attribute("data-state", "live")
+        expect(popup.get_by_test_id("seq")).to_have_text(f"seq {seq}")
+        assert popup.evaluate(STORED) == token
+        assert page.evaluate("() => window.readies") == [embeddable.url]
+
+    # Another origin: the browser refuses to frame the page at all (frame-ancestors).
+    with checked_page(browser, (*EXPECTED, REFUSED_FRAME)) as page:
+        refusals: list[str] = []
+        page.on("console", lambda m: refusals.append(m.text) if REFUSED_FRAME in m.text else None)
+        page.goto(other.serve(target, token, "frame", blind=True))
+        page.wait_for_timeout(1000)  # five blind posts later
+        assert [f for f in page.frames if f.url.startswith(embeddable.url)] == []
+        assert page.evaluate("() => window.readies") == []
+        assert refusals and f'"frame-ancestors {allowed.origin}"' in refusals[-1], refusals
+
+    # Another origin that opens the page: its posts reach the page, which takes none of
+    # them, and it is told nothing.
+    with checked_page(browser) as page:
+        with page.context.expect_page() as opened:
+            page.goto(other.serve(target, token, "open", blind=True))
+        popup = opened.value
+        expect(popup.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+        assert popup.evaluate("() => window.opener !== null")  # the posts do reach it
+        popup.wait_for_timeout(1000)  # five blind posts later
+        expect(popup.get_by_test_id("status")).to_have_attribute("data-state", "auth")
+        assert popup.evaluate(STORED) is None
+        assert page.evaluate("() => window.readies") == []
 
 
 def _number(value: float) -> str:
