@@ -224,7 +224,7 @@ def test_every_published_message_fits_the_documents(
     )
     channels = Channels(deployment)
     try:
-        observed = _run(deployment, gateway, signer, channels)
+        observed = _run(deployment, gateway, signer)
     finally:
         channels.close()
     records, unreadable = _records(deployment)
@@ -249,9 +249,7 @@ def test_every_published_message_fits_the_documents(
     assert set(report.matched) >= COVERED, COVERED - set(report.matched)
 
 
-def _run(
-    deployment: Deployment, gateway: Gateway, signer: Signer, channels: Channels
-) -> list[dict[str, Any]]:
+def _run(deployment: Deployment, gateway: Gateway, signer: Signer) -> list[dict[str, Any]]:
     """The run, with streams open on the examples throughout; returns the gateway's and
     Redis' observations."""
     expected = offline_fold(EXAMPLE_PATHS)
