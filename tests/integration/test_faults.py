@@ -168,6 +168,7 @@ class Bounced:
     verdict: Verdict
     downs: list[float]
     outages: list[Outage]
+    worker: Worker  # still running while the class's tests read it
 
 
 @pytest.fixture(scope="class")
@@ -211,7 +212,7 @@ def bounced(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         finally:
             feeder.stopping.set()
         assert_alive(worker)
-        yield Bounced(verdict, broker.bounces, outages)
+        yield Bounced(verdict, broker.bounces, outages, worker)
     finally:
         deployment.stop_all()
         broker.stop()
@@ -227,6 +228,21 @@ class TestBrokerBounce:
         say(f"  {bounced.verdict.line()}")
         for outage in bounced.outages:
             say(f"  the worker while the broker was down {outage.line()}")
+        # Every bounce happened, each a real outage (stopped at least its `down` seconds).
+        bounces = scaled(2, 8)
+        assert len(bounced.downs) == len(bounced.outages) == bounces, bounced.downs
+        assert all(o.seconds >= scaled(5.0, 25.0) for o in bounced.outages), downs
+        # Loses nothing: the fixture's verify() found the fold exact; here, that it covered
+        # the bursts produced just before each stop (12 sessions x 500 events each).
+        assert bounced.verdict.events >= bounces * 6000, bounced.verdict.line()
+        # Stays up and in its group: one process, its first assignment the only one, and
+        # it still owns every partition (a worker that fell out would have rebalanced).
+        worker = bounced.worker
+        assert_alive(worker)
+        assert worker.starts == 1
+        rebalances = worker.metrics().get("stream_rebalances_total")
+        assert rebalances == 1, f"{rebalances} rebalances"
+        assert assigned(worker) == [0, 1, 2, 3], worker.page("/readyz")
 
     def test_a_broker_outage_does_not_spin_the_worker(self, bounced: Bounced) -> None:
         """While the broker is down, the worker waits: under half a core and under 500 log
