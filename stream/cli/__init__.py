@@ -25,6 +25,7 @@ MODULES = (
     "compare",
     "serve",
     "replay",
+    "lag",
     "republish",
 )
 COMMANDS = {
@@ -37,7 +38,7 @@ COMMANDS = {
     "compare": "compare",
     "serve": "serve",
     "replay": "replay",
-    "lag": "replay",
+    "lag": "lag",
     "republish": "republish",
 }
 

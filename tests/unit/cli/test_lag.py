@@ -9,8 +9,8 @@ import orjson
 import pytest
 from rich.console import Console
 
+from stream.cli import lag as cli
 from stream.cli import main
-from stream.cli import replay as cli
 from stream.ops.control import Control
 from stream.ops.lag import LagReport
 from stream.ops.offsets import GroupState, Member, PartitionOffsets

@@ -5,8 +5,9 @@ import io
 import pytest
 from rich.console import Console
 
+from stream.cli.lag import CatchUp
 from stream.cli.progress import Rate, duration, eta, progress
-from stream.cli.replay import CatchUp, parse_instant, parse_offsets, parse_partitions, plan_table
+from stream.cli.replay import parse_instant, parse_offsets, parse_partitions, plan_table
 from stream.ops.lag import LagReport
 from stream.ops.offsets import (
     AtOffsets,
