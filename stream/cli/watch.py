@@ -40,6 +40,7 @@ from stream.gateway.meter import Meter, bar_cells, meter
 from stream.gateway.sse import seq_of
 from stream.gateway.store import connection_options
 from stream.output.layout import newest
+from stream.output.redis import UPDATE_FIELD, is_expiry
 
 RING: Final = "○◔◑◕●"
 LEVEL_STYLE: Final = {"ok": "bold medium_purple1", "warn": "bold yellow", "high": "bold red"}
@@ -453,7 +454,7 @@ def _watch_session(
 
     def show(payload: bytes) -> None:
         update, seq = _load(payload), seq_of(payload)
-        if update is not None and update.get("expired") is True:
+        if update is not None and is_expiry(update):
             last.clear()  # its next life starts over from a lower seq
             changes.forget(session_id)
             if live:
@@ -472,7 +473,7 @@ def _watch_session(
             _print_line(args, payload, update)
 
     def resync() -> None:
-        current = client.hget(key, "update")
+        current = client.hget(key, UPDATE_FIELD)
         if current is not None:
             show(current)
 
@@ -514,7 +515,7 @@ def _watch_all(
         ids = [raw.decode(errors="replace") for raw, _ in recent]
         pipe = client.pipeline(transaction=False)
         for session_id in ids:
-            pipe.hget(layout.session_key(session_id), "update")
+            pipe.hget(layout.session_key(session_id), UPDATE_FIELD)
         for session_id, (_, score), payload in zip(ids, recent, pipe.execute(), strict=True):
             update = None if payload is None else _load(payload)
             if update is not None:
@@ -529,7 +530,7 @@ def _watch_all(
         ids = [raw.decode(errors="replace") for raw, _ in newest(pages.execute(), changes.limit)]
         pipe = client.pipeline(transaction=False)
         for session_id in ids:
-            pipe.hget(layout.session_key(session_id), "update")
+            pipe.hget(layout.session_key(session_id), UPDATE_FIELD)
         for session_id, payload in zip(ids, pipe.execute(), strict=True):
             update = None if payload is None else _load(payload)
             if update is not None:
@@ -545,7 +546,7 @@ def _watch_all(
             session_id = inside if isinstance(inside, str) else None
         if session_id is None:
             return
-        if update.get("expired") is True:
+        if is_expiry(update):
             rows.pop(session_id, None)
             changes.forget(session_id)
             if not live:

@@ -14,7 +14,7 @@ known and the hash's; its id then reads ``gen-seq-0-0`` (an id never equal to a 
 version, so resuming from it resends the current value). Otherwise (a rebuild in
 between) it is skipped: the newer value follows on the channel.
 
-A message ``{"sessionId": ..., "expired": true}`` (the worker expired the session and
+An expiry message (``output.redis.expiry_message``: the worker expired the session and
 deleted its hash) ends that session's streams with ``event: expired``.
 
 Putting never waits: a client whose queue is full is dropped (its queue gets the end
@@ -38,13 +38,13 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisClusterException, RedisError
 
 from stream.gateway.sse import Ending, Frame, Version, frame, seq_of
 from stream.gateway.store import Store, Stored
 from stream.output.layout import SHARDS, RedisLayout
+from stream.output.redis import expiry_of, session_id_in
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,6 @@ CLOSED: Final = None  # the end marker on a client's queue: dropped, or the gate
 BATCH: Final = 512  # channel messages taken in hand per round trip to the hashes
 
 Item = Frame | Ending | None
-
-
-def expiry_of(payload: bytes) -> bool:
-    """Whether a channel message is the worker's ``{"sessionId": ..., "expired": true}``."""
-    if b'"expired"' not in payload:  # an update's JSON never holds this key
-        return False
-    try:
-        message = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(message, dict) and message.get("expired") is True and "seq" not in message
 
 
 class Subscription:
@@ -325,17 +314,7 @@ def _taken(
     name = channel.decode(errors="replace") if isinstance(channel, bytes) else channel
     session_id = session_id_of(name)
     if session_id is None and kind == "smessage":
-        session_id = _session_of(data)  # a shard's feed: the id is in the message
+        session_id = session_id_in(data)  # a shard's feed: the id is in the message
     if session_id is None:
         return None
     return session_id, data
-
-
-def _session_of(payload: bytes) -> str | None:
-    """The ``sessionId`` of an update or expiry message."""
-    try:
-        message = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    session_id = message.get("sessionId") if isinstance(message, dict) else None
-    return session_id if isinstance(session_id, str) else None

@@ -22,8 +22,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from stream.config import Settings
 from stream.gateway.sse import Version, seq_of
 from stream.output.layout import RedisLayout, newest
+from stream.output.redis import HASH_FIELDS, UPDATE_FIELD
 
-FIELDS = ("gen", "seq", "n", "v", "update")
 SCAN = 1000  # recent-set entries one listing looks at (STREAM_GATEWAY_LIST_SCAN)
 
 
@@ -122,14 +122,14 @@ class RedisStore:
         self.layout = layout
 
     async def latest(self, session_id: str) -> bytes | None:
-        return _bytes(await self.client.hget(self.layout.session_key(session_id), "update"))
+        return _bytes(await self.client.hget(self.layout.session_key(session_id), UPDATE_FIELD))
 
     async def latest_many(self, session_ids: Sequence[str]) -> list[bytes | None]:
         if not session_ids:
             return []
         pipe = self.client.pipeline(transaction=False)
         for session_id in session_ids:
-            pipe.hget(self.layout.session_key(session_id), "update")
+            pipe.hget(self.layout.session_key(session_id), UPDATE_FIELD)
         return [_bytes(value) for value in await pipe.execute()]
 
     async def current(self, session_ids: Sequence[str]) -> list[Stored | None]:
@@ -137,7 +137,7 @@ class RedisStore:
             return []
         pipe = self.client.pipeline(transaction=False)
         for session_id in session_ids:
-            pipe.hmget(self.layout.session_key(session_id), FIELDS)
+            pipe.hmget(self.layout.session_key(session_id), HASH_FIELDS)
         return [stored(values) for values in await pipe.execute()]
 
     async def recent(

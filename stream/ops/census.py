@@ -53,8 +53,7 @@ class _Walk:
 
 def _take(figures: Figures, row: PartitionRow) -> None:
     figures.dead_lettered = row.dead
-    t = row.retired
-    figures.retired = (t.folded, t.duplicate, t.faulted)
+    figures.retired = row.retired.as_tuple()
     figures.expired = row.expired
 
 

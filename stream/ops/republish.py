@@ -18,7 +18,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from stream.config import Settings
 from stream.output.record import SessionUpdate
-from stream.publish.publisher import now_ms
+from stream.output.redis import OLDER, UNCHANGED, WRITTEN
+from stream.publish.queue import now_ms
 from stream.publish.redis_sink import RedisSink
 
 CHUNK = 2_000
@@ -114,17 +115,17 @@ async def write_all(
     """Write through the guarded function, a pipeline of ``CHUNK`` at a time:
     ``(written, unchanged, older)``."""
     sink = RedisSink(settings)
-    counts = [0, 0, 0]
+    counts = dict.fromkeys((WRITTEN, UNCHANGED, OLDER), 0)
     try:
         for start in range(0, len(updates), CHUNK):
             chunk = updates[start : start + CHUNK]
             for result in await sink.write(chunk, (), now_ms()):
-                counts[{1: 0, 2: 1, 0: 2}[result]] += 1
+                counts[result] += 1
             if progress is not None:
                 progress(len(chunk))
     finally:
         await sink.close()
-    return counts[0], counts[1], counts[2]
+    return counts[WRITTEN], counts[UNCHANGED], counts[OLDER]
 
 
 def republish(

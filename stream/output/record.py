@@ -2,12 +2,14 @@
 
 A session's update goes out as one record on the compacted output topic (key: the session
 id, value: ``payload``, the update JSON; headers: ``headers()``) and as one guarded write to
-Redis (``publish.redis_sink``), both built from this value. It is made in three places, and
-each way in is a constructor here:
+Redis (``publish.redis_sink``), both built from this value. Each way in is a constructor
+here:
 
 - ``from_change``: a batch just folded (``session.batch.SessionChange``), the payload the
   core encoded once, sent as it is;
-- ``from_row``: a stored table row, for the worker's re-seed of Redis;
+- ``from_expired``: a session a sweep retired (``session.expiry.Expired``): only its drop;
+- ``from_row``: a stored table row, for the worker's re-seed of Redis, and ``from_record``
+  the same from a row already decoded;
 - ``from_kafka``: a record read back from the output topic, for ``stream republish``.
 
 The headers carry what the payload does not and the guard needs to rebuild Redis exactly:
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from stream.output.headers import UPDATE_GENERATION, UPDATE_TALLY, UPDATE_VIEW_VERSION
+from stream.output.redis import parse_tally, tally_text
 from stream.projections.base import Projection
 from stream.session import codec
 from stream.session.batch import SessionChange
@@ -53,9 +57,9 @@ class SessionUpdate:
         """The output record's Kafka headers: what a reader of the output topic needs,
         besides the payload, to re-seed Redis exactly (``from_kafka`` reads them)."""
         return [
-            ("gen", str(self.gen).encode()),
-            ("tally", " ".join(map(str, self.tally)).encode()),
-            ("v", str(self.view_version).encode()),
+            (UPDATE_GENERATION, str(self.gen).encode()),
+            (UPDATE_TALLY, tally_text(self.tally).encode()),
+            (UPDATE_VIEW_VERSION, str(self.view_version).encode()),
         ]
 
     @classmethod
@@ -64,7 +68,6 @@ class SessionUpdate:
         core encoded (``change.payload``), never serialised again."""
         if not change.payload:
             raise ValueError(f"session change {change.session_id!r} carries no payload")
-        t = change.tally
         replaces = None
         if change.expired is not None:
             gen, seq, n, v = change.expired
@@ -73,7 +76,7 @@ class SessionUpdate:
             change.session_id,
             max(deployment_gen, change.gen),
             change.update["seq"],
-            (t.folded, t.duplicate, t.faulted),
+            change.tally.as_tuple(),
             change.payload,
             change.view_version,
             replaces,
@@ -84,9 +87,8 @@ class SessionUpdate:
         """The drop of a session a sweep retired: its Redis entry (up to the version its
         life published) and, on the output topic, a tombstone."""
         gen, seq, n, v = expired.version
-        t = expired.tally
         version = (max(deployment_gen, gen), seq, n, v)
-        tally = (t.folded, t.duplicate, t.faulted)
+        tally = expired.tally.as_tuple()
         return cls(expired.session_id, version[0], seq, tally, b"", v, version, gone=True)
 
     @classmethod
@@ -108,12 +110,11 @@ class SessionUpdate:
     ) -> "SessionUpdate":
         """``from_row`` of a row already decoded."""
         body = update(session_id, record)
-        t = record.accounted
         return cls(
             session_id,
             max(deployment_gen, record.gen),
             body["seq"],
-            (t.folded, t.duplicate, t.faulted),
+            record.accounted.as_tuple(),
             orjson.dumps(body),
             view_version(record),
         )
@@ -130,8 +131,7 @@ class SessionUpdate:
         pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
         found = {name: raw for name, raw in pairs if isinstance(raw, bytes)}
         body = orjson.loads(value)
-        gen = int(found.get("gen", b"1"))
-        tally_text = found.get("tally", b"0 0 0").decode().split()
-        folded, duplicate, faulted = (int(n) for n in tally_text)
-        v = int(found.get("v", b"0"))
-        return cls(key.decode(), gen, int(body["seq"]), (folded, duplicate, faulted), value, v)
+        gen = int(found.get(UPDATE_GENERATION, b"1"))
+        tally = parse_tally(found.get(UPDATE_TALLY, b"0 0 0").decode())
+        v = int(found.get(UPDATE_VIEW_VERSION, b"0"))
+        return cls(key.decode(), gen, int(body["seq"]), tally, value, v)

@@ -31,8 +31,8 @@ from redis import exceptions as rx
 
 from stream.config import ConfigError, Settings
 from stream.contract.errors import safe_text
+from stream.publish.library import LIBRARY_NAME
 from stream.publish.redis_sink import (
-    LIBRARY_NAME,
     Client,
     connect,
     lacking_library,

@@ -267,7 +267,7 @@ class _Batch:
             view_version(record),
             orjson.dumps(body),
             entry.stored,
-            ("faults" in body, (accounted.folded, accounted.duplicate, accounted.faulted)),
+            ("faults" in body, accounted.as_tuple()),
             self.partition(session_key[0]).row.touched(record),
             entry.expired,
             record,

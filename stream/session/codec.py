@@ -93,7 +93,7 @@ def part(record: SessionRecord) -> RowPart:
         if slot.fault is not None:
             faulted = True
             break
-    return faulted, (t.folded, t.duplicate, t.faulted)
+    return faulted, t.as_tuple()
 
 
 def row_part(row: bytes | None) -> RowPart | None:

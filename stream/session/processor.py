@@ -102,6 +102,10 @@ class Tally:
     def as_list(self) -> list[int]:
         return [self.folded, self.duplicate, self.faulted]
 
+    def as_tuple(self) -> tuple[int, int, int]:
+        """``(folded, duplicate, faulted)``: how rows, records and Redis carry a tally."""
+        return (self.folded, self.duplicate, self.faulted)
+
 
 @dataclass(slots=True)
 class SessionRecord:

@@ -5,7 +5,7 @@ import asyncio
 
 import orjson
 
-from stream.gateway.hub import CLOSED, expiry_of
+from stream.gateway.hub import CLOSED
 from stream.gateway.sse import Ending, Frame
 from tests.unit.gateway.fakes import FakeStore, hub, stored, update
 
@@ -110,14 +110,6 @@ def test_an_expiry_message_ends_the_sessions_streams() -> None:
         assert other.queue.empty() and fan.clients == {"t": {other}}
 
     asyncio.run(go())
-
-
-def test_expiry_messages_are_told_from_updates() -> None:
-    assert expiry_of(b'{"sessionId":"s","expired":true}')
-    assert not expiry_of(b'{"sessionId":"s","expired":false}')
-    assert not expiry_of(b'{"sessionId":"s","seq":3,"expired":true}')
-    assert not expiry_of(update("s", 1))
-    assert not expiry_of(b'{"expired": tru')
 
 
 def test_a_slow_client_is_dropped_without_slowing_the_others() -> None:

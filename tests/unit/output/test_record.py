@@ -217,4 +217,5 @@ def test_the_output_package_imports_no_io_and_no_writer(path: Path) -> None:
 
 
 def test_the_output_package_is_there() -> None:
-    assert {p.name for p in OUTPUT} == {"__init__.py", "headers.py", "layout.py", "record.py"}
+    names = {"__init__.py", "headers.py", "layout.py", "record.py", "redis.py"}
+    assert {p.name for p in OUTPUT} == names

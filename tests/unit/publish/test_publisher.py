@@ -23,11 +23,15 @@ from redis.asyncio.client import Pipeline
 from stream.config import Settings
 from stream.ops.metrics import Metrics
 from stream.output.record import SessionUpdate
-from stream.publish import publisher as publisher_module
-from stream.publish.publisher import Backoff, Publisher, entry_bytes
+from stream.publish import kafka as kafka_module
+from stream.publish import queue as queue_module
+from stream.publish.kafka import Backoff
+from stream.publish.publisher import Publisher
+from stream.publish.queue import entry_bytes
 from stream.publish.redis_sink import (
     DeadCount,
     PermanentRedisError,
+    RedisSink,
     is_transient,
     outage_kind,
 )
@@ -110,15 +114,16 @@ class FakeClient:
         return len(mapping)
 
 
-class FakeSink:
+class FakeSink(RedisSink):
     """The Redis sink: ``fail`` is raised by every write while set; accepted writes are
     kept (``writes``) and the newest version per session is what it ``holds``. ``newer``:
     versions another writer stored, which the guard keeps (result 0 for anything older).
-    ``gate``: when set, every write takes one permit first (a test paces the drain)."""
+    ``gate``: when set, every write takes one permit first (a test paces the drain). Its
+    markers and reads are the real sink's, on a fake client."""
 
     def __init__(self, settings: Settings) -> None:
-        self.layout = settings.redis_layout
-        self.client = FakeClient()
+        self.fake = FakeClient()
+        super().__init__(settings, self.fake)  # type: ignore[arg-type]
         self.fail: BaseException | None = None
         self.attempts = 0
         self.writes: list[tuple[list[SessionUpdate], list[DeadCount]]] = []
@@ -172,7 +177,7 @@ def make(
     publisher: Publisher = Publisher(
         settings,
         outbox,
-        sink,  # type: ignore[arg-type]
+        sink,
         max_pending=max_pending,
         max_pending_bytes=max_pending_bytes,
         on_permanent=on_permanent,
@@ -197,8 +202,15 @@ def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult:
     return fold_batch(messages, lambda key, partition: None)
 
 
+async def publish(publisher: Publisher, result: BatchResult) -> None:
+    """The worker's order per batch: the records out to Kafka, confirmed, then to Redis."""
+    updates = publisher.records(result)
+    await publisher.send(result, updates)
+    await publisher.cache(result, updates)
+
+
 def pending(publisher: Publisher) -> dict[str, tuple[int, int, int]]:
-    return {s: u.version[:3] for s, u in publisher._pending.items()}
+    return {s: u.version[:3] for s, u in publisher.queue._pending.items()}
 
 
 def su(session_id: str, seq: int, gen: int = 1, tally: tuple[int, int, int] = (1, 0, 0)) -> Any:
@@ -213,7 +225,7 @@ def test_publish_delivers_every_record_then_writes_redis() -> None:
     journal: list[str] = []
     outbox.journal = sink.journal = journal
     result = batch(("a", 2), ("b", 1), junk=1)
-    run(publisher.publish(result))
+    run(publish(publisher, result))
     kinds = [kind for kind, _ in outbox.log]
     assert kinds.count("row") == len(result.sessions) + len(result.partitions)
     assert kinds.count("update") == len(result.sessions) == 2
@@ -238,7 +250,7 @@ def test_failed_deliveries_are_re_sent_before_publish_returns(quick_backoff: lis
     per_round = 2 * len(result.sessions) + len(result.partitions) + len(result.dead_letters)
     outbox = FakeOutbox(fail_first=2 * per_round + 1)  # two whole rounds and one record
     publisher, _, sink = make(outbox)
-    run(publisher.publish(result))
+    run(publish(publisher, result))
     assert outbox.calls == 4 * per_round  # three failed rounds, each re-sent whole
     assert quick_backoff == [0.2, 0.4, 0.8]  # backing off between rounds
     assert len(sink.writes) == 1  # Redis only after the round that was delivered
@@ -249,7 +261,7 @@ def test_publish_never_returns_while_deliveries_fail() -> None:
 
     async def attempt() -> bool:
         try:
-            await asyncio.wait_for(publisher.publish(batch(("a", 1))), 0.2)
+            await asyncio.wait_for(publish(publisher, batch(("a", 1))), 0.2)
         except TimeoutError:
             return False
         return True
@@ -266,7 +278,7 @@ def test_a_transient_error_queues_the_updates_and_the_batch_goes_on() -> None:
 
     async def scenario() -> None:
         sink.fail = rx.ConnectionError("connection refused")
-        await publisher.publish(batch(("a", 2), ("b", 1)))  # returns: nothing raised
+        await publish(publisher, batch(("a", 2), ("b", 1)))  # returns: nothing raised
         assert publisher.state.retrying
         assert publisher.state.pending == 2
         assert "connection refused" in publisher.state.last_error
@@ -381,9 +393,9 @@ def test_a_permanent_error_calls_on_permanent_and_raises(error: BaseException) -
     publisher, _, sink = make(on_permanent=seen.append)
     sink.fail = error
     with pytest.raises(PermanentRedisError):
-        run(publisher.publish(batch(("a", 1))))
+        run(publish(publisher, batch(("a", 1))))
     assert seen == [error]
-    assert not publisher._pending  # nothing queued: retrying cannot fix it
+    assert not publisher.queue._pending  # nothing queued: retrying cannot fix it
     assert str(error)[:50] in publisher.state.last_error
 
 
@@ -552,7 +564,7 @@ def test_redis_refusing_writes_queues_and_retries_until_it_accepts(
 
     async def scenario() -> None:
         sink.fail = in_pipeline(reply(text), "ctx:session:a")
-        await publisher.publish(batch(("a", 2), ("b", 1)))  # returns: nothing raised
+        await publish(publisher, batch(("a", 2), ("b", 1)))  # returns: nothing raised
         await publisher.write_redis([su("c", 0)], [])  # queued behind
         for _ in range(200):
             await asyncio.sleep(0.001)
@@ -561,7 +573,7 @@ def test_redis_refusing_writes_queues_and_retries_until_it_accepts(
         state = publisher.state
         assert sink.attempts >= 6  # the writer keeps retrying, backing off
         assert state.retrying and state.reason == kind and state.oom == (kind == "oom")
-        assert state.pending == 3 and set(publisher._pending) == {"a", "b", "c"}
+        assert state.pending == 3 and set(publisher.queue._pending) == {"a", "b", "c"}
         assert text.split(" ", 1)[1][:20] in state.last_error
         sink.fail = None  # memory freed / persistence fixed / loaded
         assert await publisher.flush(5.0)
@@ -608,7 +620,7 @@ def test_an_outage_that_turns_into_oom_is_logged_again_and_labelled_oom(
 
 
 def queued_bytes(publisher: Publisher) -> int:
-    return sum(entry_bytes(u) for u in publisher._pending.values())
+    return sum(entry_bytes(u) for u in publisher.queue._pending.values())
 
 
 def test_queued_bytes_are_kept_as_entries_come_replace_and_go() -> None:
@@ -626,7 +638,7 @@ def test_queued_bytes_are_kept_as_entries_come_replace_and_go() -> None:
         assert publisher.state.pending_bytes == entry_bytes(big) + entry_bytes(su("b", 0))
         sink.fail = None
         assert await publisher.flush(5.0)
-        assert publisher.state.pending_bytes == 0 == publisher._bytes
+        assert publisher.state.pending_bytes == 0 == publisher.queue._bytes
 
     run(scenario())
 
@@ -634,7 +646,7 @@ def test_queued_bytes_are_kept_as_entries_come_replace_and_go() -> None:
 def test_the_byte_bound_holds_batches_and_lets_them_go_at_low_water(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(publisher_module, "CHUNK", 2)  # the drain writes two per round trip
+    monkeypatch.setattr(queue_module, "CHUNK", 2)  # the drain writes two per round trip
     cost = entry_bytes(su("s00", 0))
     publisher, _, sink = make(max_pending_bytes=10 * cost)  # sessions: far from their bound
 
@@ -665,7 +677,7 @@ def test_the_byte_bound_holds_batches_and_lets_them_go_at_low_water(
         # twelve queued, two per write: let go at half the byte bound, not when empty
         assert seen == [10, 8, 6, 4]
         assert publisher.state.pending_bytes == 4 * cost <= publisher.max_pending_bytes // 2
-        assert not publisher._drained.is_set()
+        assert not publisher.queue._drained.is_set()
         for _ in range(2):
             sink.gate.release()
         assert await publisher.flush(5.0)
@@ -675,7 +687,7 @@ def test_the_byte_bound_holds_batches_and_lets_them_go_at_low_water(
 
 
 def test_the_session_bound_lets_batches_go_at_half_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(publisher_module, "CHUNK", 1)
+    monkeypatch.setattr(queue_module, "CHUNK", 1)
     publisher, _, sink = make(max_pending=4)
 
     async def scenario() -> None:
@@ -711,11 +723,11 @@ def test_rejected_direct_writes_are_counted_and_reported_at_most_every_10_s(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(publisher_module, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(queue_module, "monotonic", lambda: clock[0])
     caplog.set_level(logging.WARNING, logger="stream.publish")
     publisher, _, sink = make()
     sink.newer = {"a": (2, 0, 0, 0), "b": (2, 0, 0, 0)}  # a newer generation wrote them
-    sink.client.hashes["ctx:session:a"] = {"gen": "2", "seq": "0", "n": "1", "v": "0"}
+    sink.fake.hashes["ctx:session:a"] = {"gen": "2", "seq": "0", "n": "1", "v": "0"}
 
     async def scenario() -> None:
         await publisher.write_redis([su("a", 3), su("c", 1)], [])
@@ -741,7 +753,7 @@ def test_rejected_writes_of_the_drained_queue_are_counted() -> None:
 
     async def scenario() -> None:
         sink.fail = rx.ConnectionError("down")
-        await publisher.publish(batch(("a", 1), ("b", 1)))
+        await publish(publisher, batch(("a", 1), ("b", 1)))
         await publisher.write_redis([su("c", 0)], [])
         sink.newer = {"a": (2, 0, 0, 0), "c": (1, 5, 0, 0)}  # meanwhile written by others
         sink.fail = None
@@ -842,7 +854,7 @@ def test_reseed_queues_like_any_write_when_redis_is_down() -> None:
     async def scenario() -> int:
         sink.fail = rx.ConnectionError("down")
         sent = await publisher.reseed(stored_rows(batch(("a", 1))), 0)
-        assert set(publisher._pending) == {"a"}
+        assert set(publisher.queue._pending) == {"a"}
         sink.fail = None
         assert await publisher.flush(5.0)
         return sent
@@ -861,7 +873,7 @@ def test_markers_are_per_partition_so_every_owner_notices_its_own_loss() -> None
 
     assert run(scenario()) == ([0, 1, 2], [1], [])
     topic = publisher.settings.input_topic
-    assert sink.client.hashes == {
+    assert sink.fake.hashes == {
         "ctx:marker": {f"{topic}:0": f"1:{publisher.run_id}", f"{topic}:2": f"1:{publisher.run_id}"}
     }
 
@@ -876,7 +888,7 @@ def test_backoff_doubles_to_its_cap_and_resets(monkeypatch: pytest.MonkeyPatch) 
     async def sleep(delay: float) -> None:
         slept.append(delay)
 
-    monkeypatch.setattr(publisher_module.asyncio, "sleep", sleep)
+    monkeypatch.setattr(kafka_module.asyncio, "sleep", sleep)
     backoff = Backoff(0.1, 0.5)
 
     async def scenario() -> None:
@@ -920,6 +932,18 @@ def test_the_library_version_is_in_its_names() -> None:
     # every script is a function (the sharded ones for a cluster), each registered once
     assert set(functions) == set(CALLBACKS) and code.count("redis.register_function(") == 6
     assert all(body.strip("\n") in code for body in CALLBACKS.values())
+
+
+def test_the_functions_name_the_hash_fields_readers_read() -> None:
+    """The Lua writes and compares the fields ``output.redis`` names, in its order."""
+    from stream.output.redis import UPDATE_FIELD, VERSION_FIELDS
+    from stream.publish.library import SESSION_DROP, SESSIONS_WRITE
+
+    read = ", ".join(f"'{name}'" for name in VERSION_FIELDS)
+    assert f"redis.call('HMGET', key, {read})" in SESSIONS_WRITE
+    assert f"redis.call('HMGET', KEYS[1], {read})" in SESSION_DROP
+    written = ", ".join(f"'{name}', h[{i}]" for i, name in enumerate(VERSION_FIELDS, 1))
+    assert f"redis.call('HSET', key, {written}, '{UPDATE_FIELD}', payload)" in SESSIONS_WRITE
 
 
 def test_cluster_errors_are_transient_and_crossslot_is_not() -> None:
