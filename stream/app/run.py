@@ -10,7 +10,7 @@ from typing import Any
 import faust
 from confluent_kafka import KafkaException
 
-from stream.app.worker import Worker
+from stream.app.worker import Worker, assemble
 from stream.config import Settings
 from stream.ops import control
 from stream.ops.admin import ensure_topics
@@ -33,8 +33,8 @@ def prepare(settings: Settings) -> Worker:
         settings, problems = control.worker_settings(settings)
     except (KafkaException, RuntimeError) as error:
         raise SetupError(str(error)) from error
-    # 3. The worker: the Faust app, its table, outbox, publisher, agent and timers.
-    return Worker(settings, partitions, problems)
+    # 3. The worker: its parts built in order (``assemble``), wired to Faust.
+    return assemble(settings, partitions, problems)
 
 
 def run(settings: Settings, loglevel: str, logging_config: dict[str, Any] | None = None) -> int:

@@ -45,6 +45,18 @@ PARTITION_KEY: Final = b"\xff"
 Cursor = tuple[int, str]  # (touched, session id) of the last session a sweep retired
 
 
+def expires(ttl: int) -> bool:
+    """Whether sessions expire at all under ``ttl`` (ms; 0, the setting's "never")."""
+    return ttl > 0
+
+
+def past_ttl(touched: int | None, now: int | None, ttl: int) -> bool:
+    """The expiry rule (contract: "Session expiry"): a session last active at ``touched``
+    is past its TTL at stream time ``now`` when more than ``ttl`` ms lie between them.
+    Never when sessions do not expire (``expires``), or either time is unknown."""
+    return expires(ttl) and now is not None and touched is not None and now > touched + ttl
+
+
 @dataclass(slots=True)
 class PartitionRow:
     dead: int = 0  # dead letters accounted
@@ -93,11 +105,8 @@ class PartitionRow:
         return record.touched if record.touched is not None else self.since
 
     def expired_record(self, record: SessionRecord, ttl: int) -> bool:
-        """Whether a stored session is past its TTL (ms; 0: sessions never expire)."""
-        if ttl <= 0 or self.now is None:
-            return False
-        touched = self.touched(record)
-        return touched is not None and self.now > touched + ttl
+        """Whether a stored session is past its TTL at this partition's stream time."""
+        return past_ttl(self.touched(record), self.now, ttl)
 
     def retired_already(self, touched: int, session_id: str) -> bool:
         """A sweep retired this session (its tombstone may not have landed yet)."""
@@ -160,4 +169,4 @@ def _read(raw: Any) -> PartitionRow:
     return row
 
 
-__all__ = ["PARTITION_KEY", "Cursor", "PartitionRow"]
+__all__ = ["PARTITION_KEY", "Cursor", "PartitionRow", "expires", "past_ttl"]

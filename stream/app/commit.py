@@ -1,0 +1,243 @@
+"""Committing a batch: the order that makes a commit safe, with the parts it is handed.
+
+``Committer.commit`` states the order (seven steps); ``Committer.run`` takes the agent's
+batches one after the other, overlapping a batch's fold with the last one's delivery when
+the worker is a whole batch behind. Every part comes in through ``Parts``, so the commit
+path runs without Kafka, Faust or Redis (``stream.testing.memory`` has in-memory parts)
+exactly as it runs in the worker (``stream.app.worker`` hands it the real ones).
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from stream.app import inflate
+from stream.session.batch import BatchResult, Message, fold_batch
+from stream.session.limits import Limits
+from stream.session.results import Recall, SessionChange
+
+log = logging.getLogger("stream.worker")
+
+
+class Kept(Protocol):
+    """Records kept after their rows were written (``stream.app.table.KeptRecords``)."""
+
+    def recall(self, key: bytes, partition: int, row: bytes) -> Any: ...
+    def remember(self, sessions: list[SessionChange]) -> None: ...
+
+
+class Store(Protocol):
+    """The sessions table as the fold reads it."""
+
+    @property
+    def kept(self) -> Kept: ...
+    def load(self, key: bytes, partition: int) -> bytes | None: ...
+
+
+class BatchPublisher(Protocol):
+    """Where a folded batch goes (``stream.publish.publisher.Publisher``)."""
+
+    async def left(self) -> None: ...
+    def records(self, result: BatchResult) -> Any: ...
+    def send(self, result: BatchResult, records: Any) -> Awaitable[None]: ...
+    async def cache(self, result: BatchResult, records: Any) -> None: ...
+
+
+class Gate(Protocol):
+    """The limits a batch is folded under (``stream.app.claims.Claims``: the reset
+    ceiling follows the control topic)."""
+
+    @property
+    def limits(self) -> Limits: ...
+    async def admit(self, messages: list[Message]) -> None: ...
+
+
+@dataclass
+class Parts:
+    """What the commit path is handed."""
+
+    table: Store
+    publisher: Callable[[], BatchPublisher]  # built on the worker's loop, on first use
+    ack: Callable[[list[Any]], None]  # the batch's offsets become committable
+    stats: Any  # stream.ops.metrics.Metrics
+    gate: Gate
+    committed: Callable[[list[Message], BatchResult], None]  # after the ack's prerequisites
+    fold: Callable[[Sequence[Message], Any, Limits, Recall | None], BatchResult] = fold_batch
+
+
+@dataclass
+class Flight:
+    """A batch between its fold and its ack (``Committer.commit``)."""
+
+    sent: "asyncio.Future[None]"  # its rows are in the store: the next batch may fold
+    delivered: "asyncio.Future[None]"  # the broker confirmed its records
+    after: "Flight | None"  # the batch before it, while this one has not sent
+    done: "asyncio.Task[None]" = field(init=False)  # the commit, through the ack
+
+
+class Committer:
+    """The commit path of one worker."""
+
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.lock = asyncio.Lock()  # a batch and a sweep step never interleave
+        self.last: Flight | None = None  # the batch taken last (``take``)
+
+    def take(self, batch: list[Any], after: Flight | None = None) -> Flight:
+        """``commit`` of ``batch`` as a task; ``after``: the batch before it, still landing
+        (its delivery and its Redis write then overlap this batch's fold)."""
+        loop = asyncio.get_running_loop()
+        flight = Flight(loop.create_future(), loop.create_future(), after)
+        flight.done = asyncio.ensure_future(self.commit(batch, flight))
+        self.last = flight
+        return flight
+
+    async def commit(self, batch: list[Any], flight: Flight) -> None:
+        """One batch, in the order that makes a commit safe:
+
+        1. fold: every message once through the pure core (``session.batch.fold_batch``),
+           which cannot raise for what a message holds;
+        2. rows: each touched session's row into its partition's store and changelog;
+        3. updates: one coalesced update per touched session to the output topic;
+        4. dead letters: what could not be read, with its reason;
+        5. delivery: wait until the broker confirmed every record of 2-4 (re-sent with
+           backoff; the batch is held, never committed past);
+        6. Redis: the updates in one round trip, guarded (queued while Redis is away);
+        7. offsets: the batch's events acked, so Faust's next commit may pass them.
+
+        With ``flight.after``, the batch before it, this one is folded while that one
+        waits for the broker and Redis (``run``: when a whole batch is waiting behind it).
+        The fold reads what that batch put in the store; this batch's rows and records
+        follow once that batch's records are confirmed (a re-send of those must never
+        overtake these), and its Redis write and ack once that batch is done. ``flight``
+        says when this batch's rows are in (the next batch may fold) and when it is
+        delivered.
+
+        The agent's concurrency stays 1, so a commit never passes a message still being
+        folded either (faust-streaming #606).
+        """
+        try:
+            await self._in_order(batch, flight)
+        except BaseException as error:
+            for future in (flight.sent, flight.delivered):  # the batch after it stops too
+                if not future.done():
+                    future.set_exception(error)
+                    future.exception()  # retrieved: the task's own error is the one raised
+            raise
+
+    async def _in_order(self, batch: list[Any], flight: Flight) -> None:
+        parts = self.parts
+        stats = parts.stats
+        after = flight.after
+        cpu = time.thread_time  # the loop's thread: how much of a step was work, not waiting
+        if after is not None:
+            # The batch before it is sent: its records leave before this fold holds the
+            # loop, so their round trip runs alongside the fold instead of after it.
+            await parts.publisher().left()
+        async with self.lock:
+            messages = to_messages(batch)
+            await parts.gate.admit(messages)
+            started = cpu()
+            with stats.fold_seconds.time():
+                table = parts.table
+                result = parts.fold(messages, table.load, parts.gate.limits, table.kept.recall)  # 1
+            folded = cpu()
+            publisher = parts.publisher()
+            if after is not None:
+                await after.delivered
+            sending = time.perf_counter()
+            records = publisher.records(result)
+            try:  # no await before the rows go in (send): see observe_rows
+                stats.observe_rows(result)
+            except Exception:
+                log.exception("census of a batch not moved")
+            confirmed = publisher.send(result, records)  # 2, 3, 4
+            table.kept.remember(result.sessions)  # the next batch's fold recalls them
+            flight.sent.set_result(None)
+            flight.after = None  # what ``landed`` follows only while a batch has not sent
+        sent = cpu()
+        await confirmed  # 5
+        flight.delivered.set_result(None)
+        delivered = cpu()
+        if after is not None:
+            await after.done  # its Redis write and its ack go first
+        with stats.redis_seconds.time():
+            await publisher.cache(result, records)  # 6
+        stats.publish_seconds.observe(time.perf_counter() - sending)
+        cached = cpu()
+        parts.committed(messages, result)
+        try:  # the batch is delivered: nothing in the metrics may keep it from its ack
+            stats.observe_batch(messages, result, batch[-1].timestamp)
+            if after is None:
+                stats.observe_loop_cpu(folded - started, delivered - folded, cached - delivered)
+            else:  # its waits overlapped other batches' work: only its own steps count
+                stats.observe_loop_cpu(folded - started, sent - folded, None)
+        except Exception:
+            log.exception("metrics of a batch not recorded")
+        parts.ack(batch)  # 7
+
+    async def landed(self) -> None:
+        """With the lock held: wait until every batch folded so far is acked (its waits
+        may still run while the next batch is folded). A batch taken and not yet folded
+        waits for the lock, and so for the holder's work to be done first."""
+        flight = self.last
+        while flight is not None and not flight.sent.done():
+            flight = flight.after
+        if flight is not None and not flight.done.done():
+            await asyncio.shield(flight.done)  # each batch is acked after the one before
+
+    async def run(self, batches: AsyncIterator[Any], batch_max: int) -> None:
+        """Each batch committed in turn. A worker a whole batch (``batch_max``) behind
+        folds the next batch while the last one waits for the broker and Redis, so it
+        spends its core on folding instead of waiting (``commit``; note 016); otherwise
+        each batch is committed before the next is taken, which publishes sooner at a
+        fraction of capacity."""
+        try:
+            async for batch in batches:
+                behind = getattr(batch, "behind", 0) >= batch_max
+                last = self.last
+                if last is not None and last.done.done():
+                    last.done.result()  # what the batch before raised stops the agent here
+                    last = None
+                flight = self.take(batch, last)
+                await asyncio.shield(flight.sent if behind else flight.done)
+            await self.landed()
+        except asyncio.CancelledError:
+            # Shutdown (SIGTERM): finish the batches in hand and ack them, so the final
+            # commit covers them instead of leaving them to be redelivered.
+            last = self.last
+            if last is not None:
+                await asyncio.wait_for(last.done, 30)
+            raise
+
+
+def to_messages(batch: list[Any]) -> list[Message]:
+    """The core's messages of a batch of Faust's (a batch the fetch could not inflate
+    within bounds carries its reason: ``inflate.Unread``)."""
+    return [
+        Message(m.key, m.value, m.topic, m.partition, m.offset, _headers(m.headers))
+        if type(m.value) is not inflate.Unread
+        else _unread(m)
+        for m in batch
+    ]
+
+
+def _unread(m: Any) -> Message:
+    value: inflate.Unread = m.value
+    return Message(
+        m.key, bytes(value), m.topic, m.partition, m.offset, (), value.reason, value.records
+    )
+
+
+def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
+    """Record headers as (name, value) pairs, whichever shape Faust hands them in."""
+    if not raw:
+        return []
+    items = raw.items() if isinstance(raw, dict) else raw
+    return [(str(name), value) for name, value in items]
+
+
+__all__ = ["Committer", "Flight", "Parts", "to_messages"]
