@@ -1,7 +1,9 @@
 """Service configuration, read once from the environment (documented in the README).
 
 One frozen value: the Faust app, the confluent-kafka tools and the Redis sink all read
-their settings from here, so a variable means the same thing everywhere.
+their settings from here, so a variable means the same thing everywhere. Each field is
+declared once with its row of the settings table (``stream.environment.setting``), in
+groups by part; ``from_env`` reads them all, then checks what spans several.
 """
 
 import os
@@ -12,87 +14,63 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stream.environment import (
+    BATCHES,
+    ENDPOINTS,
+    GATEWAY,
+    KAFKA,
+    LIMITS,
+    REDIS,
+    SESSIONS,
+    STATE,
+    TOPICS,
+    choice,
+    duration,
+    flag,
+    integer,
+    items,
+    number,
+    protocol,
+    read,
+    setting,
+    upper,
+)
+from stream.environment import ConfigError as ConfigError
 from stream.output.layout import RedisLayout
 from stream.session.limits import Limits
 
 
-class ConfigError(ValueError):
-    """A setting that cannot be used; the message names the variable."""
-
-
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-
-
-def _bounded(value: float, name: str, low: float, high: float) -> float:
-    if not low <= value <= high:
-        raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
-    return value
-
-
-_DURATION = re.compile(r"([0-9]+)([smhd]?)")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def duration(raw: str, name: str) -> int:
-    """Seconds in ``7d``, ``12h``, ``90m``, ``30s`` or plain seconds."""
-    found = _DURATION.fullmatch(raw.strip().lower())
-    if found is None:
-        raise ConfigError(f"{name} must be a duration like 7d, 12h, 90m or seconds, got {raw!r}")
-    return int(found.group(1)) * _UNITS[found.group(2)]
-
-
-def _duration(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    return default if raw is None or raw == "" else duration(raw, name)
-
-
-def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be 1/0, true/false, yes/no or on/off, got {raw!r}")
-
-
-def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = (env.get(name) or default).lower()
-    if value not in allowed:
-        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class KafkaSecurity:
-    protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
-    sasl_mechanism: str = "PLAIN"  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
+    protocol: str = setting(
+        "KAFKA_SECURITY_PROTOCOL",
+        "PLAINTEXT",
+        protocol,
+        group=KAFKA,
+        help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+        keep_empty=True,
+    )
+    sasl_mechanism: str = setting(
+        "KAFKA_SASL_MECHANISM",
+        "PLAIN",
+        upper,
+        group=KAFKA,
+        help="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        keep_empty=True,
+    )
+    sasl_username: str | None = setting("KAFKA_SASL_USERNAME", None, group=KAFKA, help="SASL user")
+    sasl_password: str | None = setting(
+        "KAFKA_SASL_PASSWORD", None, group=KAFKA, help="SASL password (never logged)", secret=True
+    )
+    ssl_cafile: str | None = setting(
+        "KAFKA_SSL_CAFILE", None, group=KAFKA, help="CA bundle (unset: the system's public CAs)"
+    )
+    ssl_certfile: str | None = setting(
+        "KAFKA_SSL_CERTFILE", None, group=KAFKA, help="client certificate (mutual TLS only)"
+    )
+    ssl_keyfile: str | None = setting(
+        "KAFKA_SSL_KEYFILE", None, group=KAFKA, help="client key (mutual TLS only)"
+    )
 
     @property
     def uses_ssl(self) -> bool:
@@ -129,84 +107,430 @@ class KafkaSecurity:
 
 @dataclass(frozen=True)
 class Settings:
-    bootstrap_servers: str = "127.0.0.1:9092"
-    app_id: str = "context-stream"
-    input_topic: str = "dsh.session-events"
-    output_topic: str = "dsh.session-context"
-    dlq_topic: str = "dsh.session-events.dlq"
-    partitions: int = 6
-    replication_factor: int = 1
-    state_dir: str = ".state"
-    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)  # may embed a password
-    redis_key_prefix: str = "ctx:"
-    redis_ttl_seconds: int = 0  # 0: keep idle sessions forever
-    redis_cluster: bool = False  # a Redis Cluster: the sharded layout (output.layout)
-    redis_tls_cafile: str | None = None
-    redis_username: str | None = None
-    redis_password: str | None = field(default=None, repr=False)
-    # Who loads the worker's Redis function library (FUNCTION LOAD); "": REDIS_URL's user.
-    redis_loader_url: str = field(default="", repr=False)  # may embed a password
-    generation: int = 1  # bump when rebuilding state, so rebuilt updates win in Redis
-    worker_id: str = ""  # names this worker's stats; default host-pid
-    commit_interval: float = 2.8
-    session_timeout: float = 30.0  # how soon the group notices a dead worker
-    batch_max: int = 10_000  # a batch grows with the backlog up to this (note 016)
-    batch_within: float = 0.0  # s: 0 takes what has arrived (latency first; note 011)
-    # A batch takes whole partitions, longest waiting first, while they hold at most this
-    # many sessions together (at least one partition; all of them when a whole batch is
-    # waiting); the rest take the next turn. 0: every partition each batch (note 016).
-    batch_sessions: int = 100
-    producer_linger: float = 0.005  # s: records of a batch leave in few requests
-    max_poll_interval: float = 3600.0  # s: a held batch must not drop the worker from its group
-    # s: the longest a fetch may wait at the broker for new records (Faust's 1.5 s put a busy
-    # worker seconds behind: aiokafka's one fetch in flight held its busy partitions; note 016)
-    fetch_max_wait: float = 0.05
-    rocksdb_write_buffer: int = 8 << 20  # bytes per memtable, two per partition's RocksDB
-    # Sessions whose decoded record stays in memory after their row is written, so their
-    # next batch skips decoding it (about 1.5 KB each; 0: none; note 016).
-    keep_records: int = 20_000
-    standby_replicas: int = 0  # warm copies of each table partition on other workers
-    reseed_on_assign: bool = True  # republish assigned partitions' rows to Redis (guarded)
-    redis_check_interval: float = 5.0  # s between checks that Redis still holds our data
+    """Every field in a group (``group=``; the gateway's own rest: stream.gateway.config)."""
+
+    bootstrap_servers: str = setting(
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "127.0.0.1:9092",
+        group=KAFKA,
+        help="comma-separated host:port",
+        doc="comma-separated `host:port`",
+        keep_empty=True,
+    )
+    kafka: KafkaSecurity = field(default_factory=KafkaSecurity)  # its own rows, read first
+    app_id: str = setting(
+        "STREAM_APP_ID",
+        "context-stream",
+        group=TOPICS,
+        help="consumer group id and internal topic prefix",
+    )
+    input_topic: str = setting(
+        "STREAM_INPUT_TOPIC",
+        "dsh.session-events",
+        group=TOPICS,
+        help="session events, key = session id",
+    )
+    output_topic: str = setting(
+        "STREAM_OUTPUT_TOPIC",
+        "dsh.session-context",
+        group=TOPICS,
+        help="updates (compacted)",
+    )
+    dlq_topic: str = setting(  # unset: the input topic's name + .dlq (from_env)
+        "STREAM_DLQ_TOPIC",
+        "dsh.session-events.dlq",
+        group=TOPICS,
+        help="dead letters",
+        shown="{STREAM_INPUT_TOPIC}.dlq",
+    )
+    partitions: int = setting(
+        "STREAM_PARTITIONS",
+        6,
+        integer(1),
+        group=TOPICS,
+        help="partitions of topics the worker creates",
+        doc="partitions for topics the worker creates (an existing input topic's count wins)",
+    )
+    replication_factor: int = setting(
+        "STREAM_REPLICATION_FACTOR",
+        1,
+        integer(1),
+        group=TOPICS,
+        help="replicas of topics the worker creates",
+    )
+    state_dir: str = setting(
+        "STREAM_STATE_DIR",
+        ".state",
+        group=STATE,
+        help="RocksDB: one directory per worker process",
+        doc="RocksDB and Faust data: one directory per worker process (RocksDB locks it)",
+        keep_empty=True,
+    )
+    standby_replicas: int = setting(
+        "STREAM_STANDBY_REPLICAS",
+        0,
+        integer(),
+        group=STATE,
+        help="warm table copies on other workers",
+    )
+    generation: int = setting(  # bump when rebuilding state, so rebuilt updates win in Redis
+        "STREAM_GENERATION",
+        1,
+        integer(),
+        group=STATE,
+        help="floor of the rebuild generation",
+        doc="floor of the rebuild generation (`stream replay --rebuild` advances it;"
+        " no need to edit)",
+    )
+    worker_id: str = setting(  # names this worker's stats; unset: host-pid (from_env)
+        "STREAM_WORKER_ID", "", group=STATE, help="names this worker in logs", shown="host-pid"
+    )
+    batch_max: int = setting(  # a batch grows with the backlog up to this (note 016)
+        "STREAM_BATCH_MAX",
+        10_000,
+        integer(1),
+        group=BATCHES,
+        help="most events per batch",
+        doc="most events per batch (a batch grows with a backlog up to it; the agent's queue"
+        " holds two)",
+    )
+    batch_within: float = setting(  # 0 takes what has arrived (latency first; note 011)
+        "STREAM_BATCH_WITHIN",
+        0.0,
+        number(),
+        group=BATCHES,
+        help="how long an incomplete batch waits",
+        doc="how long an incomplete batch waits (0: it takes what has arrived; more gives"
+        " fewer, larger batches at low rates for a higher latency)",
+        unit="s",
+    )
+    batch_sessions: int = setting(
+        "STREAM_BATCH_SESSIONS",
+        100,
+        integer(),
+        group=BATCHES,
+        help="sessions a batch's partitions hold together (0: all partitions)",
+        doc="a batch takes whole partitions, longest waiting first, while together they hold"
+        " at most this many sessions (at least one partition); the others take the next turn"
+        " with whatever reached them meanwhile. A busy worker's batch holds nearly every"
+        " session, and each waits for all of them to be folded and published; in turns, a"
+        " partition's sessions wait only for their own share. When a whole batch"
+        " (`STREAM_BATCH_MAX`) is waiting, a batch takes every partition again: that far"
+        " behind, throughput comes first (note 016). 0: every partition each batch",
+    )
+    producer_linger: float = setting(
+        "STREAM_PRODUCER_LINGER",
+        0.005,
+        number(),
+        group=BATCHES,
+        help="producer linger",
+        doc="producer linger: a batch's records leave in few requests",
+        unit="s",
+    )
+    rocksdb_write_buffer: int = setting(
+        "STREAM_ROCKSDB_WRITE_BUFFER",
+        8 << 20,
+        integer(1 << 20),
+        group=BATCHES,
+        help="bytes per RocksDB memtable (two per partition)",
+        doc="bytes per RocksDB memtable, two per partition: bounds the write-ahead log and the"
+        " memory of each partition's store (Faust's default is three of 64 MiB)",
+    )
+    keep_records: int = setting(
+        "STREAM_KEEP_RECORDS",
+        20_000,
+        integer(),
+        group=BATCHES,
+        help="decoded sessions kept in memory (~1.5 KB)",
+        doc="sessions whose decoded record stays in memory after their row is written (about"
+        " 1.5 KB each), so their next batch folds on without decoding the row; 0 keeps none"
+        " (note 016)",
+    )
+    fetch_max_wait: float = setting(
+        "STREAM_FETCH_MAX_WAIT",
+        0.05,
+        number(0.001, 30.0),
+        group=BATCHES,
+        help="longest fetch wait at the broker",
+        doc="the longest a fetch waits at the broker for new records (Faust's own 1.5 s left a"
+        " busy worker seconds behind: aiokafka's one fetch in flight held its busy"
+        " partitions; note 016)",
+        unit="s",
+    )
+    commit_interval: float = setting(
+        "STREAM_COMMIT_INTERVAL",
+        2.8,
+        number(),
+        group=BATCHES,
+        help="offset commit interval",
+        unit="s",
+    )
+    session_timeout: float = setting(
+        "STREAM_SESSION_TIMEOUT",
+        30.0,
+        number(),
+        group=BATCHES,
+        help="how soon the group notices a dead worker",
+        doc="consumer-group session timeout: how soon a dead worker's partitions move",
+        unit="s",
+    )
+    max_poll_interval: float = setting(  # a held batch must not drop the worker from its group
+        "STREAM_MAX_POLL_INTERVAL",
+        3600.0,
+        number(),
+        group=BATCHES,
+        help="longest time between polls before the group drops a member",
+        unit="s",
+    )
+    max_message_bytes: int = setting(
+        "STREAM_MAX_MESSAGE_BYTES",
+        1_000_000,
+        integer(1024),
+        group=LIMITS,
+        help="an input message",
+        doc="larger input messages are dead-lettered",
+    )
+    max_inflated_bytes: int = setting(  # per partition and fetch (stream.app.inflate)
+        "STREAM_MAX_INFLATED_BYTES",
+        4_000_000,
+        integer(1 << 16),
+        group=LIMITS,
+        help="a compressed record batch, inflated",
+        doc="a compressed input batch is inflated up to this many bytes; past it (a"
+        " decompression bomb) its records are dead-lettered unread, and one fetch inflates at"
+        " most this much per partition ([reliability](docs/reliability.md#hostile-inputs))",
+    )
+    max_buffered_bytes: int = setting(  # beside the record count the agent's queue holds
+        "STREAM_MAX_BUFFERED_BYTES",
+        32 * 1024 * 1024,
+        integer(1 << 20),
+        group=LIMITS,
+        help="input waiting for a batch, in bytes",
+        doc="input bytes handed to the agent and not yet in a batch, on the queue and waiting"
+        " for a turn each: with the inflate bound, what keeps the worker's memory bounded"
+        " whatever the records hold",
+    )
+    max_event_bytes: int = setting(
+        "STREAM_MAX_EVENT_BYTES",
+        1_000_000,
+        integer(1024),
+        group=LIMITS,
+        help="one event, as compact JSON",
+        doc="larger events are dead-lettered (a segment's element as compact JSON; only that"
+        " element)",
+    )
+    max_key_bytes: int = setting(
+        "STREAM_MAX_KEY_BYTES",
+        1_024,
+        integer(1),
+        group=LIMITS,
+        help="a session id",
+        doc="longer session ids are dead-lettered",
+    )
+    max_segment_events: int = setting(
+        "STREAM_MAX_SEGMENT_EVENTS",
+        10_000,
+        integer(1),
+        group=LIMITS,
+        help="events in one segment",
+        doc="longer segments are dead-lettered",
+    )
+    max_system_prompts: int = setting(
+        "STREAM_MAX_SYSTEM_PROMPTS",
+        1_000,
+        integer(1),
+        group=LIMITS,
+        help="retained system prompts per session",
+        doc="retained system prompts per session before `contextBreakdown` faults",
+    )
+    max_error_chars: int = setting(
+        "STREAM_MAX_ERROR_CHARS",
+        500,
+        integer(80),
+        group=LIMITS,
+        help="fault and dead-letter reasons",
+        doc="fault and dead-letter reasons are cut to this length",
+    )
+    resets: bool = setting(  # off: no producer to the input topic can start a session over
+        "STREAM_RESETS",
+        False,
+        flag,
+        group=SESSIONS,
+        help="take reset records (`stream produce --reset`) from the input topic",
+        doc="`1` takes reset records (`stream produce --reset`) from the input topic, and only"
+        " for a generation claimed on the control topic (a higher one is dead-lettered); `0`"
+        " (the default) dead-letters every reset, so no producer can start a session over"
+        " ([operations](docs/operations.md))",
+    )
+    session_ttl_seconds: int = setting(  # 7 days: the input's retention, replay's horizon
+        "STREAM_SESSION_TTL",
+        7 * 86400,
+        duration,
+        group=SESSIONS,
+        help="idle time (event time) before a session expires; 7d, 12h, 90m; 0: never",
+        doc="sessions idle this long in event time expire everywhere (RocksDB, changelog,"
+        " output topic, Redis); `7d`, `12h`, `90m` or seconds, `0` keeps them for good"
+        " ([docs/operations.md](docs/operations.md#session-expiry))",
+        unit="s",
+    )
+    stall_seconds: float = setting(
+        "STREAM_STALL_SECONDS",
+        60.0,
+        number(),
+        group=SESSIONS,
+        help="a committed offset standing still this long while records wait: stalled",
+        doc="a partition whose committed offset stands still this long while records wait is"
+        " reported stalled (`stream_partition_stalled`, `/readyz`)",
+        unit="s",
+    )
+    redis_url: str = setting(
+        "REDIS_URL",
+        "redis://127.0.0.1:6379/0",
+        group=REDIS,
+        help="redis:// or rediss:// (TLS); a password is never logged",
+        doc="`rediss://` for TLS; a password in it never reaches logs",
+        keep_empty=True,
+        secret=True,  # may embed a password
+    )
+    redis_username: str | None = setting(
+        "REDIS_USERNAME", None, group=REDIS, help="Redis AUTH user (ACL)"
+    )
+    redis_password: str | None = setting(
+        "REDIS_PASSWORD", None, group=REDIS, help="Redis AUTH password", secret=True
+    )
+    redis_tls_cafile: str | None = setting(
+        "REDIS_TLS_CAFILE",
+        None,
+        group=REDIS,
+        help="CA bundle (needs rediss://)",
+    )
+    redis_loader_url: str = setting(  # who loads the worker's function library
+        "REDIS_LOADER_URL",
+        "",
+        group=REDIS,
+        help="a user allowed FUNCTION LOAD",
+        doc="a user allowed `FUNCTION LOAD` (credentials in this URL): loads the worker's"
+        " Redis function library when Redis lacks it"
+        " ([note 005](docs/notes/005-redis-layout-and-guard.md))",
+        shown="REDIS_URL's user",
+        keep_empty=True,
+        secret=True,  # may embed a password
+    )
+    redis_key_prefix: str = setting(
+        "REDIS_KEY_PREFIX",
+        "ctx:",
+        group=REDIS,
+        help="prefix of every key and channel",
+        keep_empty=True,
+    )
+    redis_ttl_seconds: int = setting(
+        "REDIS_TTL_SECONDS",
+        0,
+        integer(),
+        group=REDIS,
+        help="expire idle sessions' keys (0: never)",
+        unit="s",
+    )
+    redis_cluster: bool = setting(  # the sharded layout (output.layout)
+        "REDIS_CLUSTER",
+        False,
+        flag,
+        group=REDIS,
+        help="REDIS_URL is a node of a Redis Cluster",
+        doc="`1`: `REDIS_URL` is a node of a Redis Cluster (7+); sharded keys and channels"
+        " ([note 014](docs/notes/014-redis-cluster.md))",
+    )
+    reseed_on_assign: bool = setting(  # guarded (note 005)
+        "STREAM_RESEED_ON_ASSIGN",
+        True,
+        flag,
+        group=REDIS,
+        help="republish assigned partitions' rows to Redis after a rebalance",
+    )
+    redis_check_interval: float = setting(
+        "STREAM_REDIS_CHECK_INTERVAL",
+        5.0,
+        number(),
+        group=REDIS,
+        help="how often the worker checks Redis still holds its data",
+        unit="s",
+    )
     # Updates queued while Redis is away, before batches are held: sessions, and their
     # estimated bytes (payloads + ~320 B each). 256 MiB: the chart requests 512 MiB for a
     # worker's steady state and limits it to 1 GiB; the queue takes at most a quarter of
     # the limit, leaving the rest for the held batch, allocator slack and estimate error.
-    redis_max_pending: int = 500_000
-    redis_max_pending_bytes: int = 256 * 1024 * 1024
-    max_message_bytes: int = 1_000_000
-    # A compressed record batch from the input is inflated up to this many bytes; past it
-    # its records are dead-lettered unread (stream.app.inflate). One fetch inflates at most
-    # this much per partition (plus the batch that crosses it).
-    max_inflated_bytes: int = 4_000_000
-    # Input handed to the agent and not yet in a batch, in bytes (beside the record count
-    # the queue holds): what bounds the worker's memory when every record is large.
-    max_buffered_bytes: int = 32 * 1024 * 1024
-    max_event_bytes: int = 1_000_000  # one event of a segment, as compact JSON
-    max_key_bytes: int = 1_024
-    max_segment_events: int = 10_000
-    max_error_chars: int = 500
-    max_system_prompts: int = 1_000
-    # Reset records (`stream produce --reset`) taken from the input topic, and then only for
-    # a generation claimed on the control topic; off (the default): no producer to the
-    # input topic can start a session over (docs/operations.md, "Resets").
-    resets: bool = False
-    # s a partition's committed offset may stand still while records wait before the
-    # worker reports it stalled (metric, /readyz).
-    stall_seconds: float = 60.0
-    # Sessions idle this long in event time expire everywhere (contract: "Session
-    # expiry"); 0 keeps them for good. 7 days: the input topic's default retention, past
-    # which a session could not be replayed from offsets anyway.
-    session_ttl_seconds: int = 7 * 86400
-    web_port: int = 6066
-    web_enabled: bool = False  # Faust's own web server; off so workers can share a host
-    metrics_port: int = 9102  # /metrics, /livez, /readyz; 0 turns the endpoint off
-    metrics_bind: str = "0.0.0.0"  # probes and Prometheus scrape from outside the pod
-    log_format: str = "text"  # text | json (one object per line)
-    gateway_port: int = 8080
-    gateway_bind: str = "127.0.0.1"
-    gateway_cors_origins: tuple[str, ...] = ()
-    kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
+    redis_max_pending: int = setting(
+        "STREAM_REDIS_MAX_PENDING",
+        500_000,
+        integer(1),
+        group=REDIS,
+        help="sessions queued while Redis is away before batches are held",
+        doc="sessions queued while Redis is away before batches are held (released under half)",
+    )
+    redis_max_pending_bytes: int = setting(
+        "STREAM_REDIS_MAX_PENDING_BYTES",
+        256 * 1024 * 1024,
+        integer(1 << 20),
+        group=REDIS,
+        help="that queue's bytes before batches are held",
+        doc="the queue's estimated bytes before batches are held (released under half); at"
+        " least 1 MiB",
+    )
+    metrics_port: int = setting(
+        "STREAM_METRICS_PORT",
+        9102,
+        integer(),
+        group=ENDPOINTS,
+        help="/metrics, /livez, /readyz (0: off)",
+        doc="`/metrics`, `/livez`, `/readyz`; 0 turns them off",
+    )
+    metrics_bind: str = setting(  # probes and Prometheus scrape from outside the pod
+        "STREAM_METRICS_BIND",
+        "0.0.0.0",
+        group=ENDPOINTS,
+        help="their listen address",
+        keep_empty=True,
+    )
+    log_format: str = setting(
+        "STREAM_LOG_FORMAT",
+        "text",
+        choice("text", "json"),
+        group=ENDPOINTS,
+        help="text or json",
+        doc="or `json` (one object per line)",
+    )
+    web_enabled: bool = setting(  # off so workers can share a host
+        "STREAM_WEB_ENABLED", False, flag, group=ENDPOINTS, help="Faust's own web server"
+    )
+    web_port: int = setting(
+        "STREAM_WEB_PORT",
+        6066,
+        integer(1),
+        group=ENDPOINTS,
+        help="its port (bound to 127.0.0.1)",
+    )
+    gateway_port: int = setting(
+        "STREAM_GATEWAY_PORT",
+        8080,
+        integer(),
+        group=GATEWAY,
+        help="`stream serve`'s port",
+    )
+    gateway_bind: str = setting(
+        "STREAM_GATEWAY_BIND",
+        "127.0.0.1",
+        group=GATEWAY,
+        help="`stream serve`'s listen address",
+        keep_empty=True,
+    )
+    gateway_cors_origins: tuple[str, ...] = setting(
+        "STREAM_GATEWAY_CORS_ORIGINS",
+        (),
+        items,
+        group=GATEWAY,
+        help="origins allowed to call the gateway",
+        doc="comma-separated origins allowed to call the gateway (`*` for any)",
+    )
 
     @property
     def redis_url_redacted(self) -> str:
@@ -257,99 +581,18 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
-        protocol = env.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").upper()
-        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError(f"KAFKA_SECURITY_PROTOCOL: unknown protocol {protocol!r}")
-        security = KafkaSecurity(
-            protocol=protocol,
-            sasl_mechanism=env.get("KAFKA_SASL_MECHANISM", "PLAIN").upper(),
-            sasl_username=env.get("KAFKA_SASL_USERNAME") or None,
-            sasl_password=env.get("KAFKA_SASL_PASSWORD") or None,
-            ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
-            ssl_certfile=env.get("KAFKA_SSL_CERTFILE") or None,
-            ssl_keyfile=env.get("KAFKA_SSL_KEYFILE") or None,
-        )
-        if security.uses_sasl and not (security.sasl_username and security.sasl_password):
-            raise ConfigError(f"{protocol} needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
-        if env.get("REDIS_TLS_CAFILE") and not env.get("REDIS_URL", "").startswith("rediss://"):
+        kafka = KafkaSecurity(**read(KafkaSecurity, env))
+        if kafka.uses_sasl and not (kafka.sasl_username and kafka.sasl_password):
+            raise ConfigError(f"{kafka.protocol} needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
+        # What spans several variables is checked first, in this order, as it always was.
+        redis = read(cls, env, ("redis_url", "redis_tls_cafile"))
+        if redis.get("redis_tls_cafile") and not redis.get("redis_url", "").startswith("rediss://"):
             raise ConfigError("REDIS_TLS_CAFILE needs a rediss:// REDIS_URL (TLS)")
-        cluster = _flag(env, "REDIS_CLUSTER", False)
-        prefix = env.get("REDIS_KEY_PREFIX", cls.redis_key_prefix)
-        if cluster and ("{" in prefix or "}" in prefix):
+        redis = read(cls, env, ("redis_cluster", "redis_key_prefix"))
+        prefix = redis.get("redis_key_prefix", cls.redis_key_prefix)
+        if redis.get("redis_cluster") and ("{" in prefix or "}" in prefix):
             raise ConfigError("REDIS_KEY_PREFIX must hold no '{' or '}' with REDIS_CLUSTER")
-        app_id = env.get("STREAM_APP_ID") or cls.app_id
-        input_topic = env.get("STREAM_INPUT_TOPIC") or cls.input_topic
-        return cls(
-            bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", cls.bootstrap_servers),
-            app_id=app_id,
-            input_topic=input_topic,
-            output_topic=env.get("STREAM_OUTPUT_TOPIC") or cls.output_topic,
-            dlq_topic=env.get("STREAM_DLQ_TOPIC") or f"{input_topic}.dlq",
-            partitions=_int(env, "STREAM_PARTITIONS", cls.partitions, 1),
-            replication_factor=_int(env, "STREAM_REPLICATION_FACTOR", 1, 1),
-            state_dir=env.get("STREAM_STATE_DIR", cls.state_dir),
-            redis_url=env.get("REDIS_URL", cls.redis_url),
-            redis_key_prefix=prefix,
-            redis_ttl_seconds=_int(env, "REDIS_TTL_SECONDS", 0),
-            redis_cluster=cluster,
-            redis_tls_cafile=env.get("REDIS_TLS_CAFILE") or None,
-            redis_username=env.get("REDIS_USERNAME") or None,
-            redis_password=env.get("REDIS_PASSWORD") or None,
-            redis_loader_url=env.get("REDIS_LOADER_URL", ""),
-            generation=_int(env, "STREAM_GENERATION", cls.generation),
-            worker_id=env.get("STREAM_WORKER_ID") or f"{socket.gethostname()}-{os.getpid()}",
-            commit_interval=_float(env, "STREAM_COMMIT_INTERVAL", cls.commit_interval),
-            session_timeout=_float(env, "STREAM_SESSION_TIMEOUT", cls.session_timeout),
-            batch_max=_int(env, "STREAM_BATCH_MAX", cls.batch_max, 1),
-            batch_within=_float(env, "STREAM_BATCH_WITHIN", cls.batch_within),
-            batch_sessions=_int(env, "STREAM_BATCH_SESSIONS", cls.batch_sessions, 0),
-            producer_linger=_float(env, "STREAM_PRODUCER_LINGER", cls.producer_linger),
-            max_poll_interval=_float(env, "STREAM_MAX_POLL_INTERVAL", cls.max_poll_interval),
-            rocksdb_write_buffer=_int(
-                env, "STREAM_ROCKSDB_WRITE_BUFFER", cls.rocksdb_write_buffer, 1 << 20
-            ),
-            keep_records=_int(env, "STREAM_KEEP_RECORDS", cls.keep_records, 0),
-            fetch_max_wait=_bounded(
-                _float(env, "STREAM_FETCH_MAX_WAIT", cls.fetch_max_wait),
-                "STREAM_FETCH_MAX_WAIT",
-                0.001,
-                30.0,
-            ),
-            standby_replicas=_int(env, "STREAM_STANDBY_REPLICAS", cls.standby_replicas),
-            reseed_on_assign=_flag(env, "STREAM_RESEED_ON_ASSIGN", cls.reseed_on_assign),
-            redis_check_interval=_float(
-                env, "STREAM_REDIS_CHECK_INTERVAL", cls.redis_check_interval
-            ),
-            redis_max_pending=_int(env, "STREAM_REDIS_MAX_PENDING", cls.redis_max_pending, 1),
-            redis_max_pending_bytes=_int(
-                env, "STREAM_REDIS_MAX_PENDING_BYTES", cls.redis_max_pending_bytes, 1 << 20
-            ),
-            max_message_bytes=_int(env, "STREAM_MAX_MESSAGE_BYTES", cls.max_message_bytes, 1024),
-            max_inflated_bytes=_int(
-                env, "STREAM_MAX_INFLATED_BYTES", cls.max_inflated_bytes, 1 << 16
-            ),
-            max_buffered_bytes=_int(
-                env, "STREAM_MAX_BUFFERED_BYTES", cls.max_buffered_bytes, 1 << 20
-            ),
-            max_event_bytes=_int(env, "STREAM_MAX_EVENT_BYTES", cls.max_event_bytes, 1024),
-            max_key_bytes=_int(env, "STREAM_MAX_KEY_BYTES", cls.max_key_bytes, 1),
-            max_segment_events=_int(env, "STREAM_MAX_SEGMENT_EVENTS", cls.max_segment_events, 1),
-            max_error_chars=_int(env, "STREAM_MAX_ERROR_CHARS", cls.max_error_chars, 80),
-            max_system_prompts=_int(env, "STREAM_MAX_SYSTEM_PROMPTS", cls.max_system_prompts, 1),
-            resets=_flag(env, "STREAM_RESETS", cls.resets),
-            stall_seconds=_float(env, "STREAM_STALL_SECONDS", cls.stall_seconds),
-            session_ttl_seconds=_duration(env, "STREAM_SESSION_TTL", cls.session_ttl_seconds),
-            web_port=_int(env, "STREAM_WEB_PORT", cls.web_port, 1),
-            web_enabled=_flag(env, "STREAM_WEB_ENABLED", False),
-            metrics_port=_int(env, "STREAM_METRICS_PORT", cls.metrics_port),
-            metrics_bind=env.get("STREAM_METRICS_BIND", cls.metrics_bind),
-            log_format=_choice(env, "STREAM_LOG_FORMAT", cls.log_format, ("text", "json")),
-            gateway_port=_int(env, "STREAM_GATEWAY_PORT", cls.gateway_port),
-            gateway_bind=env.get("STREAM_GATEWAY_BIND", cls.gateway_bind),
-            gateway_cors_origins=tuple(
-                o.strip()
-                for o in env.get("STREAM_GATEWAY_CORS_ORIGINS", "").split(",")
-                if o.strip()
-            ),
-            kafka=security,
-        )
+        values = read(cls, env)
+        values.setdefault("dlq_topic", f"{values.get('input_topic', cls.input_topic)}.dlq")
+        values.setdefault("worker_id", f"{socket.gethostname()}-{os.getpid()}")
+        return cls(kafka=kafka, **values)

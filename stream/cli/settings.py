@@ -1,17 +1,20 @@
-"""The worker's environment, by group: what ``stream worker --help`` lists.
+"""The settings table, drawn: ``stream worker --help``'s list and the README's table.
 
-The names and meanings are here; every default shown is read from ``stream.config``'s
-``Settings`` at the moment the help is drawn, so a changed default cannot leave the help
-behind. ``tests/unit/cli/test_settings.py`` checks that every variable
-``Settings.from_env`` reads is listed here, and that the README's configuration table
-names the same variables.
+Every row comes from ``stream.config`` (``Settings`` and its ``KafkaSecurity``) and, for
+the gateway's own settings, ``stream.gateway.config``: the variable, its group, its
+meaning, and its default, read from the dataclass at the moment the help is drawn, so a
+changed default cannot leave the help or the README behind. ``tests/unit/cli/
+test_settings.py`` checks that the README's configuration table is this module's
+``readme_table()``; ``python -m stream.cli.settings`` prints it.
 """
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, Final
 
 from stream.config import Settings
+from stream.environment import GROUPS as ORDER
+from stream.environment import ROW, Setting
 
 
 @dataclass(frozen=True)
@@ -21,211 +24,48 @@ class Variable:
     meaning: str
     unit: str = ""
     shown: str | None = None  # a default that is not a plain value (derived, per host)
+    group: str = ""
+    doc: str = ""  # the README's meaning, when it says more than ``meaning``
 
 
-GROUPS: Final[tuple[tuple[str, tuple[Variable, ...]], ...]] = (
-    (
-        "Kafka",
-        (
-            Variable("KAFKA_BOOTSTRAP_SERVERS", "bootstrap_servers", "comma-separated host:port"),
-            Variable(
-                "KAFKA_SECURITY_PROTOCOL",
-                "kafka.protocol",
-                "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-            ),
-            Variable(
-                "KAFKA_SASL_MECHANISM",
-                "kafka.sasl_mechanism",
-                "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
-            ),
-            Variable("KAFKA_SASL_USERNAME", None, "SASL user"),
-            Variable("KAFKA_SASL_PASSWORD", None, "SASL password (never logged)"),
-            Variable("KAFKA_SSL_CAFILE", None, "CA bundle (unset: the system's public CAs)"),
-            Variable("KAFKA_SSL_CERTFILE", None, "client certificate (mutual TLS only)"),
-            Variable("KAFKA_SSL_KEYFILE", None, "client key (mutual TLS only)"),
-        ),
-    ),
-    (
-        "Topics and group",
-        (
-            Variable("STREAM_APP_ID", "app_id", "consumer group id and internal topic prefix"),
-            Variable("STREAM_INPUT_TOPIC", "input_topic", "session events, key = session id"),
-            Variable("STREAM_OUTPUT_TOPIC", "output_topic", "updates (compacted)"),
-            Variable("STREAM_DLQ_TOPIC", None, "dead letters", shown="{STREAM_INPUT_TOPIC}.dlq"),
-            Variable("STREAM_PARTITIONS", "partitions", "partitions of topics the worker creates"),
-            Variable(
-                "STREAM_REPLICATION_FACTOR",
-                "replication_factor",
-                "replicas of topics the worker creates",
-            ),
-        ),
-    ),
-    (
-        "State",
-        (
-            Variable("STREAM_STATE_DIR", "state_dir", "RocksDB: one directory per worker process"),
-            Variable(
-                "STREAM_STANDBY_REPLICAS", "standby_replicas", "warm table copies on other workers"
-            ),
-            Variable("STREAM_GENERATION", "generation", "floor of the rebuild generation"),
-            Variable("STREAM_WORKER_ID", None, "names this worker in logs", shown="host-pid"),
-        ),
-    ),
-    (
-        "Batches and the group",
-        (
-            Variable("STREAM_BATCH_MAX", "batch_max", "most events per batch"),
-            Variable(
-                "STREAM_BATCH_WITHIN", "batch_within", "how long an incomplete batch waits", "s"
-            ),
-            Variable(
-                "STREAM_BATCH_SESSIONS",
-                "batch_sessions",
-                "sessions a batch's partitions hold together (0: all partitions)",
-            ),
-            Variable("STREAM_PRODUCER_LINGER", "producer_linger", "producer linger", "s"),
-            Variable(
-                "STREAM_ROCKSDB_WRITE_BUFFER",
-                "rocksdb_write_buffer",
-                "bytes per RocksDB memtable (two per partition)",
-            ),
-            Variable(
-                "STREAM_KEEP_RECORDS", "keep_records", "decoded sessions kept in memory (~1.5 KB)"
-            ),
-            Variable(
-                "STREAM_FETCH_MAX_WAIT", "fetch_max_wait", "longest fetch wait at the broker", "s"
-            ),
-            Variable("STREAM_COMMIT_INTERVAL", "commit_interval", "offset commit interval", "s"),
-            Variable(
-                "STREAM_SESSION_TIMEOUT",
-                "session_timeout",
-                "how soon the group notices a dead worker",
-                "s",
-            ),
-            Variable(
-                "STREAM_MAX_POLL_INTERVAL",
-                "max_poll_interval",
-                "longest time between polls before the group drops a member",
-                "s",
-            ),
-        ),
-    ),
-    (
-        "Limits (past one, input is dead-lettered or faults)",
-        (
-            Variable("STREAM_MAX_MESSAGE_BYTES", "max_message_bytes", "an input message"),
-            Variable(
-                "STREAM_MAX_INFLATED_BYTES",
-                "max_inflated_bytes",
-                "a compressed record batch, inflated",
-            ),
-            Variable(
-                "STREAM_MAX_BUFFERED_BYTES",
-                "max_buffered_bytes",
-                "input waiting for a batch, in bytes",
-            ),
-            Variable("STREAM_MAX_EVENT_BYTES", "max_event_bytes", "one event, as compact JSON"),
-            Variable("STREAM_MAX_KEY_BYTES", "max_key_bytes", "a session id"),
-            Variable("STREAM_MAX_SEGMENT_EVENTS", "max_segment_events", "events in one segment"),
-            Variable(
-                "STREAM_MAX_SYSTEM_PROMPTS",
-                "max_system_prompts",
-                "retained system prompts per session",
-            ),
-            Variable("STREAM_MAX_ERROR_CHARS", "max_error_chars", "fault and dead-letter reasons"),
-        ),
-    ),
-    (
-        "Sessions",
-        (
-            Variable(
-                "STREAM_RESETS",
-                "resets",
-                "take reset records (`stream produce --reset`) from the input topic",
-            ),
-            Variable(
-                "STREAM_SESSION_TTL",
-                "session_ttl_seconds",
-                "idle time (event time) before a session expires; 7d, 12h, 90m; 0: never",
-                "s",
-            ),
-            Variable(
-                "STREAM_STALL_SECONDS",
-                "stall_seconds",
-                "a committed offset standing still this long while records wait: stalled",
-                "s",
-            ),
-        ),
-    ),
-    (
-        "Redis",
-        (
-            Variable(
-                "REDIS_URL", "redis_url", "redis:// or rediss:// (TLS); a password is never logged"
-            ),
-            Variable("REDIS_USERNAME", None, "Redis AUTH user (ACL)"),
-            Variable("REDIS_PASSWORD", None, "Redis AUTH password"),
-            Variable("REDIS_TLS_CAFILE", None, "CA bundle (needs rediss://)"),
-            Variable(
-                "REDIS_LOADER_URL",
-                None,
-                "a user allowed FUNCTION LOAD",
-                shown="REDIS_URL's user",
-            ),
-            Variable("REDIS_KEY_PREFIX", "redis_key_prefix", "prefix of every key and channel"),
-            Variable(
-                "REDIS_TTL_SECONDS",
-                "redis_ttl_seconds",
-                "expire idle sessions' keys (0: never)",
-                "s",
-            ),
-            Variable("REDIS_CLUSTER", "redis_cluster", "REDIS_URL is a node of a Redis Cluster"),
-            Variable(
-                "STREAM_RESEED_ON_ASSIGN",
-                "reseed_on_assign",
-                "republish assigned partitions' rows to Redis after a rebalance",
-            ),
-            Variable(
-                "STREAM_REDIS_CHECK_INTERVAL",
-                "redis_check_interval",
-                "how often the worker checks Redis still holds its data",
-                "s",
-            ),
-            Variable(
-                "STREAM_REDIS_MAX_PENDING",
-                "redis_max_pending",
-                "sessions queued while Redis is away before batches are held",
-            ),
-            Variable(
-                "STREAM_REDIS_MAX_PENDING_BYTES",
-                "redis_max_pending_bytes",
-                "that queue's bytes before batches are held",
-            ),
-        ),
-    ),
-    (
-        "Endpoints and logs",
-        (
-            Variable("STREAM_METRICS_PORT", "metrics_port", "/metrics, /livez, /readyz (0: off)"),
-            Variable("STREAM_METRICS_BIND", "metrics_bind", "their listen address"),
-            Variable("STREAM_LOG_FORMAT", "log_format", "text or json"),
-            Variable("STREAM_WEB_ENABLED", "web_enabled", "Faust's own web server"),
-            Variable("STREAM_WEB_PORT", "web_port", "its port (bound to 127.0.0.1)"),
-            Variable("STREAM_GATEWAY_PORT", "gateway_port", "`stream serve`'s port"),
-            Variable("STREAM_GATEWAY_BIND", "gateway_bind", "`stream serve`'s listen address"),
-            Variable(
-                "STREAM_GATEWAY_CORS_ORIGINS",
-                "gateway_cors_origins",
-                "origins allowed to call the gateway",
-            ),
-        ),
-    ),
-)
+def _variable(path: str, row: Setting) -> Variable:
+    return Variable(row.env, path, row.help, row.unit, row.shown, row.group, row.doc)
+
+
+def table(cls: type, prefix: str = "") -> Iterator[Variable]:
+    """The rows of ``cls`` in field order; a dataclass field without a row of its own
+    (``Settings.kafka``) gives its class's rows in its place."""
+    for item in fields(cls):
+        row = item.metadata.get(ROW)
+        if row is not None:
+            yield _variable(prefix + item.name, row)
+        elif item.default_factory is not MISSING and is_dataclass(item.default_factory):
+            yield from table(item.default_factory, f"{prefix}{item.name}.")
+
+
+def _grouped(rows: Iterator[Variable]) -> tuple[tuple[str, tuple[Variable, ...]], ...]:
+    listed = list(rows)
+    return tuple(
+        (title, group) for title in ORDER if (group := tuple(v for v in listed if v.group == title))
+    )
+
+
+# What the worker reads (``Settings.from_env``), by group.
+GROUPS: Final = _grouped(table(Settings))
 
 
 def variables() -> Iterator[Variable]:
     for _, group in GROUPS:
         yield from group
+
+
+def gateway_variables() -> Iterator[Variable]:
+    """The gateway's group: its part of ``Settings`` and ``GatewayConfig``'s own rows
+    (imported here, not above: the worker's help need not load the gateway)."""
+    from stream.gateway.config import GatewayConfig
+
+    yield from (v for v in variables() if v.group == "Gateway")
+    yield from table(GatewayConfig)
 
 
 def _value(value: Any) -> str:
@@ -238,16 +78,20 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def _default(variable: Variable, defaults: Any) -> Any:
+    value: Any = defaults
+    for part in (variable.field or "").split("."):
+        value = getattr(value, part, None)
+    return value
+
+
 def default_text(variable: Variable, defaults: Settings | None = None) -> str:
     """The default as the environment would spell it, read from ``Settings``."""
     if variable.shown is not None:
         return variable.shown
     if variable.field is None:
         return "unset"
-    value: Any = defaults or Settings()
-    for part in variable.field.split("."):
-        value = getattr(value, part, None)
-    text = _value(value)
+    text = _value(_default(variable, defaults or Settings()))
     return f"{text} {variable.unit}" if variable.unit and text != "unset" else text
 
 
@@ -262,6 +106,35 @@ def epilog(width: int = 100) -> str:
             lines.append(f"{head}  {variable.meaning}" if len(head) < width // 2 else head)
             if len(head) >= width // 2:
                 lines.append(f"        {variable.meaning}")
+    return "\n".join(lines)
+
+
+def readme_default(variable: Variable, defaults: Any) -> str:
+    """The README's default cell: Markdown, a number as short as it is exact."""
+    if variable.shown is not None:
+        return f"`{variable.shown}`"
+    value = _default(variable, defaults)
+    if isinstance(value, float):
+        text = f"`{value:g}`"
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 20:
+        mib, rest = divmod(value, 1 << 20)
+        text = f"`{value}`" + ("" if rest else f" ({mib} MiB)")
+    else:
+        shown = _value(value)
+        text = "" if shown == "unset" else f"`{shown}`"
+    return f"{text} {variable.unit}" if text and variable.unit else text
+
+
+def readme_table() -> str:
+    """The README's configuration table (Markdown), by group."""
+    defaults = Settings()
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for title, group in GROUPS:
+        lines.append(f"| **{title}** | | |")
+        for v in group:
+            default = readme_default(v, defaults)
+            cell = f" {default} " if default else " "
+            lines.append(f"| `{v.name}` |{cell}| {v.doc or v.meaning} |")
     return "\n".join(lines)
 
 
@@ -291,3 +164,7 @@ def read_by_worker() -> list[str]:
     recorder = Recorder()
     Settings.from_env(recorder)
     return list(dict.fromkeys(recorder.names))
+
+
+if __name__ == "__main__":
+    print(readme_table())

@@ -22,6 +22,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from stream.config import ConfigError, Settings
+from stream.environment import GATEWAY, integer, read, seconds, setting
 from stream.gateway.store import SCAN
 
 AUTH_MODES: Final = ("jwt", "none")
@@ -31,39 +32,19 @@ DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
-def _text(env: Mapping[str, str], name: str) -> str | None:
-    raw = env.get(name, "").strip()
-    return raw or None
-
-
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
-    raw = _text(env, name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
-    raw = _text(env, name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not minimum <= value < float("inf"):  # also refuses NaN
-        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw!r}")
-    return value
-
-
-def _names(raw: str) -> tuple[str, ...]:
+def _names(raw: str, name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n.strip().lower() for n in raw.split(",") if n.strip()))
+
+
+def _auth_mode(raw: str, name: str) -> str:
+    if raw.lower() not in AUTH_MODES:
+        raise ConfigError(f"{name} must be jwt or none, got {raw!r}")
+    return raw.lower()
+
+
+def _gateway(env: str, default: Any, *args: Any, **row: Any) -> Any:
+    """A row of the gateway's group; its values are read stripped (blank: unset)."""
+    return setting(env, default, *args, group=GATEWAY, strip=True, **row)
 
 
 def web_origin(raw: str) -> str:
@@ -138,7 +119,10 @@ def default_allowed_hosts(bind: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class GatewayConfig:
-    """What one gateway process runs with. Defaults: the loopback gateway of ``make demo``."""
+    """What one gateway process runs with. Defaults: the loopback gateway of ``make demo``.
+
+    The fields set from the environment are rows of the settings table (group Gateway,
+    ``stream.environment``); ``from_env`` adds what follows from several of them."""
 
     # The stream loop.
     heartbeat: float = 15.0  # seconds between SSE comment lines on a quiet stream
@@ -146,36 +130,127 @@ class GatewayConfig:
     ready_timeout: float = 5.0  # how long a new stream waits for the subscription
     retry_ms: int = 1000  # EventSource reconnect delay after a stream ends
     expired_retry_ms: int = 3_600_000  # the last ``retry:`` after ``event: expired``
-    cors_origins: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()  # Settings.gateway_cors_origins
     # App origins that may frame or open the page and hand it a token (``web_origin``
     # form); empty: only the page's own origin, and nothing may frame it.
-    embed_origins: tuple[str, ...] = ()
-    # Authentication (``auth.py``): ``jwt`` needs ``jwt_keys``.
-    auth: str = "none"
+    embed_origins: tuple[str, ...] = _gateway(
+        EMBED_ORIGINS,
+        (),
+        lambda raw, name: web_origins(raw),
+        help="app origins that may frame or open the page and hand it a token",
+    )
+    # Authentication (``auth.py``): ``jwt`` needs ``jwt_keys``; unset, ``jwt`` with keys.
+    auth: str = _gateway(
+        "STREAM_GATEWAY_AUTH",
+        "none",
+        _auth_mode,
+        help="jwt or none (none explicitly: serve without tokens, on any address)",
+        shown="jwt with keys, else none",
+    )
     auth_explicit: bool = False  # STREAM_GATEWAY_AUTH was set (``none`` on purpose)
-    jwt_keys: str | None = None  # a JWKS file, a PEM public key or certificate, an https URL
-    jwt_audience: str | None = None
-    jwt_issuer: str | None = None
-    jwt_claim: str = "sessions"
-    jwt_leeway: float = 30.0
-    jwt_max_lifetime: float = 86_400.0  # longest ``exp - iat`` accepted (0: no cap)
+    jwt_keys: str | None = _gateway(
+        "STREAM_GATEWAY_JWT_KEYS",
+        None,
+        help="JWKS file, JWK file, PEM public key or certificate, or https:// JWKS URL",
+    )
+    jwt_audience: str | None = _gateway(
+        "STREAM_GATEWAY_JWT_AUDIENCE", None, help="required aud when set"
+    )
+    jwt_issuer: str | None = _gateway(
+        "STREAM_GATEWAY_JWT_ISSUER", None, help="required iss when set"
+    )
+    jwt_claim: str = _gateway(
+        "STREAM_GATEWAY_JWT_CLAIM", "sessions", help="the claim holding the grant's entries"
+    )
+    jwt_leeway: float = _gateway(
+        "STREAM_GATEWAY_JWT_LEEWAY",
+        30.0,
+        seconds(),
+        help="clock leeway for exp, nbf, iat",
+        unit="s",
+    )
+    jwt_max_lifetime: float = _gateway(
+        "STREAM_GATEWAY_JWT_MAX_LIFETIME",
+        86_400.0,
+        seconds(),
+        help="longest exp - iat accepted (0: no cap)",
+        unit="s",
+    )
     # Requests.
-    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
-    max_query_bytes: int = 2048  # longer query strings: 414
+    allowed_hosts: tuple[str, ...] = _gateway(  # unset: loopback and the bind address
+        "STREAM_GATEWAY_ALLOWED_HOSTS",
+        LOOPBACK_HOSTS,
+        _names,
+        help="Host names served (421 else)",
+        shown="localhost,127.0.0.1,[::1] + bind address",
+    )
+    max_query_bytes: int = _gateway(
+        "STREAM_GATEWAY_MAX_QUERY_BYTES",
+        2048,
+        integer(256),
+        help="longest query string (414 beyond)",
+    )
     max_line_bytes: int = 8190  # the request line and each header line (aiohttp's parser)
-    max_field_bytes: int = 8190  # one header's value: room for a large JWT
-    header_timeout: float = 15.0  # a request's line and headers must arrive within this
-    max_connections: int = 4096  # open connections per process; more: 503 (0: no cap)
-    max_connections_per_address: int = 1024  # of one client address; more: 503 (0: no cap)
+    max_field_bytes: int = _gateway(  # room for a large JWT
+        "STREAM_GATEWAY_MAX_HEADER_BYTES",
+        8190,
+        integer(1024),
+        help="longest header value",
+    )
+    header_timeout: float = _gateway(
+        "STREAM_GATEWAY_HEADER_TIMEOUT",
+        15.0,
+        seconds(0.1),
+        help="a request's line and headers must arrive within this",
+        unit="s",
+    )
+    max_connections: int = _gateway(
+        "STREAM_GATEWAY_MAX_CONNECTIONS",
+        4096,
+        integer(),
+        help="open connections per process; more: 503 (0: no cap)",
+    )
+    max_connections_per_address: int = _gateway(
+        "STREAM_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS",
+        1024,
+        integer(),
+        help="open connections of one client address; more: 503 (0: no cap)",
+    )
     # Streams.
-    max_streams_per_subject: int = 64  # concurrent streams of one token subject (0: no cap)
-    max_streams_per_address: int = 512  # concurrent streams of one client address (0: no cap)
-    stream_idle_seconds: float = 60.0  # a write blocked this long (client reads nothing): closed
+    max_streams_per_subject: int = _gateway(
+        "STREAM_GATEWAY_MAX_STREAMS_PER_SUBJECT",
+        64,
+        integer(),
+        help="concurrent streams of one token subject (0: no cap)",
+    )
+    max_streams_per_address: int = _gateway(
+        "STREAM_GATEWAY_MAX_STREAMS_PER_ADDRESS",
+        512,
+        integer(),
+        help="concurrent streams of one client address (0: no cap)",
+    )
+    stream_idle_seconds: float = _gateway(
+        "STREAM_GATEWAY_STREAM_IDLE_SECONDS",
+        60.0,
+        seconds(),
+        help="a write blocked this long (client reads nothing): closed",
+        unit="s",
+    )
     # Listings: what one ``GET /sessions`` may cost Redis.
-    list_scan: int = SCAN  # recent-set entries a listing looks at (one ZREVRANGE)
+    list_scan: int = _gateway(  # one ZREVRANGE
+        "STREAM_GATEWAY_LIST_SCAN",
+        SCAN,
+        integer(1),
+        help="recent-set entries one listing looks at",
+    )
     list_limit: int = 500  # most rows one listing returns (one pipeline of HGETs)
-    # Prometheus: /metrics on this port of STREAM_METRICS_BIND (0: off), never the public one.
-    metrics_port: int = 0
+    # Prometheus: /metrics on this port of STREAM_METRICS_BIND, never the public one.
+    metrics_port: int = _gateway(
+        "STREAM_GATEWAY_METRICS_PORT",
+        0,
+        integer(),
+        help="Prometheus /metrics on this port of STREAM_METRICS_BIND (0: off)",
+    )
 
     def __post_init__(self) -> None:
         # They go into response headers and the page: refuse any not in canonical form.
@@ -193,11 +268,10 @@ class GatewayConfig:
     ) -> "GatewayConfig":
         """Read the environment; ``changes`` (the command line's) win. Raises ConfigError."""
         env = os.environ if env is None else env
-        keys = _text(env, "STREAM_GATEWAY_JWT_KEYS")
-        mode = _text(env, "STREAM_GATEWAY_AUTH")
-        if mode is not None and mode.lower() not in AUTH_MODES:
-            raise ConfigError(f"STREAM_GATEWAY_AUTH must be jwt or none, got {mode!r}")
-        auth = mode.lower() if mode else ("jwt" if keys else "none")
+        values = read(cls, env)
+        keys = values.get("jwt_keys")
+        explicit = "auth" in values
+        auth = values.setdefault("auth", "jwt" if keys else "none")
         if auth == "jwt" and keys is None:
             raise ConfigError(
                 "STREAM_GATEWAY_AUTH=jwt needs STREAM_GATEWAY_JWT_KEYS (a JWKS file,"
@@ -205,44 +279,9 @@ class GatewayConfig:
             )
         if keys is not None and keys.startswith("http://"):
             raise ConfigError("STREAM_GATEWAY_JWT_KEYS: a JWKS URL must be https://")
-        claim = _text(env, "STREAM_GATEWAY_JWT_CLAIM") or cls.jwt_claim
-        hosts = _text(env, "STREAM_GATEWAY_ALLOWED_HOSTS")
         bind = changes.pop("bind", None) or settings.gateway_bind
-        config = cls(
-            cors_origins=settings.gateway_cors_origins,
-            embed_origins=web_origins(env.get(EMBED_ORIGINS, "")),
-            auth=auth,
-            auth_explicit=mode is not None,
-            jwt_keys=keys,
-            jwt_audience=_text(env, "STREAM_GATEWAY_JWT_AUDIENCE"),
-            jwt_issuer=_text(env, "STREAM_GATEWAY_JWT_ISSUER"),
-            jwt_claim=claim,
-            jwt_leeway=_seconds(env, "STREAM_GATEWAY_JWT_LEEWAY", cls.jwt_leeway),
-            jwt_max_lifetime=_seconds(env, "STREAM_GATEWAY_JWT_MAX_LIFETIME", cls.jwt_max_lifetime),
-            allowed_hosts=_names(hosts) if hosts else default_allowed_hosts(bind),
-            max_query_bytes=_int(env, "STREAM_GATEWAY_MAX_QUERY_BYTES", cls.max_query_bytes, 256),
-            max_field_bytes=_int(env, "STREAM_GATEWAY_MAX_HEADER_BYTES", cls.max_field_bytes, 1024),
-            header_timeout=_seconds(
-                env, "STREAM_GATEWAY_HEADER_TIMEOUT", cls.header_timeout, minimum=0.1
-            ),
-            max_connections=_int(env, "STREAM_GATEWAY_MAX_CONNECTIONS", cls.max_connections),
-            max_connections_per_address=_int(
-                env,
-                "STREAM_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS",
-                cls.max_connections_per_address,
-            ),
-            max_streams_per_subject=_int(
-                env, "STREAM_GATEWAY_MAX_STREAMS_PER_SUBJECT", cls.max_streams_per_subject
-            ),
-            max_streams_per_address=_int(
-                env, "STREAM_GATEWAY_MAX_STREAMS_PER_ADDRESS", cls.max_streams_per_address
-            ),
-            stream_idle_seconds=_seconds(
-                env, "STREAM_GATEWAY_STREAM_IDLE_SECONDS", cls.stream_idle_seconds
-            ),
-            list_scan=_int(env, "STREAM_GATEWAY_LIST_SCAN", cls.list_scan, 1),
-            metrics_port=_int(env, "STREAM_GATEWAY_METRICS_PORT", cls.metrics_port),
-        )
+        values.setdefault("allowed_hosts", default_allowed_hosts(bind))
+        config = cls(cors_origins=settings.gateway_cors_origins, auth_explicit=explicit, **values)
         return replace(config, **changes)
 
     @classmethod

@@ -11,6 +11,7 @@ import pytest
 
 import stream.config
 from stream.config import ConfigError, KafkaSecurity, Settings
+from stream.environment import GROUPS, read, rows
 from stream.output.layout import RedisLayout
 
 ROOT = Path(stream.config.__file__).resolve().parents[1]
@@ -391,3 +392,41 @@ def test_redis_cluster_gives_the_sharded_layout_and_needs_a_prefix_without_brace
         with pytest.raises(ConfigError, match=r"^REDIS_KEY_PREFIX must hold no"):
             Settings.from_env({"REDIS_CLUSTER": "1", "REDIS_KEY_PREFIX": prefix})
     assert Settings.from_env({"REDIS_KEY_PREFIX": "{t}:"}).redis_key_prefix == "{t}:"
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def test_every_field_but_the_kafka_security_is_a_row_of_the_table() -> None:
+    unset = {f.name for f in dataclasses.fields(Settings)} - {name for name, _ in rows(Settings)}
+    assert unset == {"kafka"}
+    assert {f.name for f in dataclasses.fields(KafkaSecurity)} == {
+        name for name, _ in rows(KafkaSecurity)
+    }
+    read_here = {row.env for _, row in (*rows(Settings), *rows(KafkaSecurity))}
+    assert read_here == TESTED
+    assert {row.group for _, row in (*rows(Settings), *rows(KafkaSecurity))} <= set(GROUPS)
+
+
+def test_an_empty_address_or_path_is_taken_as_given_and_other_empty_values_as_unset() -> None:
+    kept = [row.env for _, row in (*rows(Settings), *rows(KafkaSecurity)) if row.keep_empty]
+    assert sorted(kept) == [
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "KAFKA_SASL_MECHANISM",
+        "KAFKA_SECURITY_PROTOCOL",
+        "REDIS_KEY_PREFIX",
+        "REDIS_LOADER_URL",
+        "REDIS_URL",
+        "STREAM_GATEWAY_BIND",
+        "STREAM_METRICS_BIND",
+        "STREAM_STATE_DIR",
+    ]
+    assert Settings.from_env({"STREAM_STATE_DIR": "", "STREAM_APP_ID": ""}).state_dir == ""
+    assert Settings.from_env({"STREAM_APP_ID": ""}).app_id == "context-stream"
+    with pytest.raises(ConfigError, match=r"^KAFKA_SECURITY_PROTOCOL: unknown protocol ''"):
+        Settings.from_env({"KAFKA_SECURITY_PROTOCOL": ""})
+
+
+def test_read_leaves_out_what_is_unset() -> None:
+    assert read(Settings, {}) == {}
+    assert read(Settings, {"STREAM_BATCH_MAX": "7", "STREAM_APP_ID": ""}) == {"batch_max": 7}

@@ -183,3 +183,25 @@ def test_a_config_built_in_code_holds_canonical_origins_only() -> None:
         GatewayConfig(embed_origins=("https://APP.example.com:443",))
     with pytest.raises(ConfigError, match="no path"):
         GatewayConfig(embed_origins=("https://app.example.com/",))
+
+
+def test_gateway_values_are_read_stripped_and_a_blank_one_is_unset() -> None:
+    config = GatewayConfig.from_env(
+        SETTINGS,
+        {
+            "STREAM_GATEWAY_LIST_SCAN": " 200 ",
+            "STREAM_GATEWAY_JWT_CLAIM": "   ",
+            "STREAM_GATEWAY_AUTH": " NONE ",
+            "STREAM_GATEWAY_JWT_AUDIENCE": " ctx ",
+        },
+    )
+    assert (config.list_scan, config.jwt_claim, config.jwt_audience) == (200, "sessions", "ctx")
+    assert config.auth == "none" and config.auth_explicit
+    with pytest.raises(
+        ConfigError, match=r"^STREAM_GATEWAY_LIST_SCAN must be an integer, got 'x'$"
+    ):
+        GatewayConfig.from_env(SETTINGS, {"STREAM_GATEWAY_LIST_SCAN": " x "})
+    with pytest.raises(
+        ConfigError, match=r"^STREAM_GATEWAY_AUTH must be jwt or none, got 'Basic'$"
+    ):
+        GatewayConfig.from_env(SETTINGS, {"STREAM_GATEWAY_AUTH": " Basic "})
