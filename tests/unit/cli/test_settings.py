@@ -23,7 +23,7 @@ def test_every_variable_the_worker_reads_is_listed_once() -> None:
     listed = [v.name for v in variables()]
     assert len(listed) == len(set(listed))
     missing = set(read_by_worker()) - set(listed)
-    assert not missing, f"add to stream/cli/settings.py: {sorted(missing)}"
+    assert not missing, f"declare a row (setting) in stream/config.py: {sorted(missing)}"
     assert {"KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL"} <= set(read_by_worker())
 
 
