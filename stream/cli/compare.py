@@ -19,6 +19,7 @@ from stream.cli.reach import LIMITS_ENV, REDIS_ENV, connect_redis, environment
 from stream.config import Settings
 from stream.logs.reader import read_logs
 from stream.output.layout import read_stats
+from stream.output.redis import UPDATE_FIELD
 from stream.session.offline import fold_lines
 from stream.session.processor import SessionRecord, Tally, update
 
@@ -135,7 +136,7 @@ def read_served(client: Any, settings: Settings, ids: Sequence[str]) -> dict[str
     layout = settings.redis_layout
     pipe = client.pipeline(transaction=False)
     for session_id in ids:
-        pipe.hget(layout.session_key(session_id), "update")
+        pipe.hget(layout.session_key(session_id), UPDATE_FIELD)
     served: dict[str, Any] = {}
     for session_id, payload in zip(ids, pipe.execute(), strict=True):
         try:
