@@ -7,6 +7,8 @@
 #                         [--ssl-port P2] [--sasl-ssl-port P3] [--ssl-client-auth required|requested|none]
 #                         [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--scram-user NAME]
 #   deploy/kafka.sh stop  --data-dir D
+#   deploy/kafka.sh cluster-start --ports P1,P2,P3 --data-dir D [--min-isr N] [--timeout S]
+#   deploy/kafka.sh cluster-stop  --data-dir D [--node N]
 #
 # `start` prints the bootstrap address (127.0.0.1:P) on stdout once the broker serves metadata;
 # everything else goes to stderr. Env: KAFKA_VERSION (default: 3.9.1, falling back to 3.9.0),
@@ -19,6 +21,14 @@
 # (--tls-cert/--tls-key/--tls-ca). --scram-user NAME creates SCRAM-SHA-256/512 credentials for
 # NAME when the data dir is first formatted (KRaft: kafka-storage format --add-scram), with the
 # password from KAFKA_SCRAM_PASSWORD; only its salted form (PBKDF2) reaches a command line.
+#
+# `cluster-start` runs a local KRaft cluster from the same jars: one combined broker+controller
+# node per port (node ids 1.., each controller on its port + 1, data in D/node-N), every
+# topic replicated to all nodes (default.replication.factor and the internal topics' = the
+# node count) with min.insync.replicas=--min-isr (default 2). It prints the bootstrap list
+# once every node serves metadata listing all of them. Run again with the same arguments,
+# it starts only the nodes that are down (same data, same ports): how a killed node comes
+# back. `cluster-stop` stops every node (SIGTERM: controlled shutdown), or node N only.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,7 +39,7 @@ DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # True when something accepts TCP connections on 127.0.0.1:$1 (bash /dev/tcp, no extra tools).
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -309,9 +319,182 @@ cmd_stop() {
   log "stopped broker (pid $pid)"
 }
 
+parse_cluster_args() {
+  PORTS="" DATA_DIR="" MIN_ISR=2 NODE="" TIMEOUT="${KAFKA_START_TIMEOUT:-120}"
+  while (($#)); do
+    case "$1" in
+      --ports) PORTS="${2:?--ports needs a value}"; shift 2 ;;
+      --data-dir) DATA_DIR="${2:?--data-dir needs a value}"; shift 2 ;;
+      --min-isr) MIN_ISR="${2:?--min-isr needs a value}"; shift 2 ;;
+      --node) NODE="${2:?--node needs a value}"; shift 2 ;;
+      --timeout) TIMEOUT="${2:?--timeout needs a value}"; shift 2 ;;
+      -h|--help) usage ;;
+      *) die "unknown argument: $1" ;;
+    esac
+  done
+  [[ -n "$DATA_DIR" ]] || die "--data-dir is required"
+  mkdir -p "$DATA_DIR"; DATA_DIR="$(cd "$DATA_DIR" && pwd)"
+}
+
+# Returns 0 once every node's port answers a metadata request listing all the nodes (a
+# restarted node is listed once it has caught up with the metadata log and is unfenced).
+cluster_ready() {
+  local port
+  for port in "${PORT_LIST[@]}"; do port_open "$port" || return 1; done
+  local py="${PYTHON:-$REPO_ROOT/.venv/bin/python}"
+  [[ -x "$py" ]] && "$py" -c 'import confluent_kafka' 2>/dev/null || return 0
+  "$py" - "${#PORT_LIST[@]}" "${PORT_LIST[@]}" 2>/dev/null <<'PYEOF'
+import sys
+from confluent_kafka.admin import AdminClient
+count, ports = int(sys.argv[1]), sys.argv[2:]
+for port in ports:
+    client = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+    if len(client.list_topics(timeout=2).brokers) != count:
+        sys.exit(1)
+PYEOF
+}
+
+# Writes node $1's server.properties and log4j.properties into NODE_DIR; $2 is its port.
+node_properties() {
+  local id="$1" port="$2" count="${#PORT_LIST[@]}" voters="" i
+  for i in "${!PORT_LIST[@]}"; do
+    voters+="${voters:+,}$((i + 1))@127.0.0.1:$((PORT_LIST[i] + 1))"
+  done
+  # Every replication factor is the node count and the ISR floor MIN_ISR, as in production
+  # (docs/deploy.md, "Production Kafka settings"). No unclean election: a replica that fell
+  # out of the ISR never becomes leader, so an acknowledged record is never lost.
+  cat >"$NODE_DIR/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$id
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1))
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$NODE_DIR/kraft-logs
+num.partitions=1
+default.replication.factor=$count
+min.insync.replicas=$MIN_ISR
+unclean.leader.election.enable=false
+auto.create.topics.enable=true
+offsets.topic.replication.factor=$count
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=$count
+transaction.state.log.min.isr=$MIN_ISR
+transaction.state.log.num.partitions=3
+group.initial.rebalance.delay.ms=0
+EOF
+  cat >"$NODE_DIR/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.clients=WARN
+log4j.logger.kafka.request.logger=WARN
+EOF
+}
+
+cmd_cluster_start() {
+  parse_cluster_args "$@"
+  IFS=, read -r -a PORT_LIST <<<"$PORTS"
+  ((${#PORT_LIST[@]} >= 1)) || die "--ports needs one port per node, comma-separated"
+  [[ "$MIN_ISR" =~ ^[0-9]+$ ]] && ((MIN_ISR >= 1 && MIN_ISR <= ${#PORT_LIST[@]})) \
+    || die "--min-isr must be between 1 and the node count"
+  local i id port p base="$DATA_DIR" started=0
+  for port in "${PORT_LIST[@]}"; do
+    [[ "$port" =~ ^[0-9]+$ ]] && ((port + 1 <= 65535)) || die "port $port: not a port number"
+  done
+  fetch
+  # One cluster id for every node, drawn once and kept beside them (a Kafka Uuid that
+  # does not begin with '-').
+  if [[ ! -s "$base/cluster.id" ]]; then
+    local cluster_id="-"
+    while [[ "$cluster_id" == -* ]]; do
+      cluster_id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    done
+    echo "$cluster_id" >"$base/cluster.id"
+  fi
+  for i in "${!PORT_LIST[@]}"; do
+    id=$((i + 1)) port="${PORT_LIST[i]}"
+    NODE_DIR="$base/node-$id" PID_FILE="$base/node-$id/kafka.pid" LOG_FILE="$base/node-$id/kafka.log"
+    mkdir -p "$NODE_DIR"
+    if running_pid >/dev/null; then continue; fi
+    # Otherwise the readiness check below could be satisfied by someone else's server.
+    for p in "$port" $((port + 1)); do
+      if port_open "$p"; then die "port $p (node $id) is already in use"; fi
+    done
+    node_properties "$id" "$port"
+    local java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx384m -Xms128m} ${KAFKA_JVM_OPTS:-}
+      -XX:+UseG1GC -Djava.awt.headless=true
+      "-Dlog4j.configuration=file:$NODE_DIR/log4j.properties" -cp "$LIBS/*")
+    if [[ ! -f "$NODE_DIR/kraft-logs/meta.properties" ]]; then
+      "${java_cmd[@]}" kafka.tools.StorageTool format --ignore-formatted \
+        -t "$(cat "$base/cluster.id")" -c "$NODE_DIR/server.properties" >>"$LOG_FILE" 2>&1 \
+        || { tail -n 30 "$LOG_FILE" >&2; die "storage format of node $id failed (log: $LOG_FILE)"; }
+    fi
+    log "starting Kafka $KAFKA_VER node $id on 127.0.0.1:$port (controller $((port + 1)))"
+    rm -f "$PID_FILE"
+    # Detached as `start` does; every node is launched before waiting: a quorum needs a majority.
+    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PID_FILE" \
+      "${java_cmd[@]}" kafka.Kafka "$NODE_DIR/server.properties" >>"$LOG_FILE" 2>&1 </dev/null &
+    for _ in $(seq 1 50); do [[ -s "$PID_FILE" ]] && break; sleep 0.1; done
+    started=$((started + 1))
+  done
+  local deadline=$((SECONDS + TIMEOUT))
+  until cluster_ready; do
+    for i in "${!PORT_LIST[@]}"; do
+      PID_FILE="$base/node-$((i + 1))/kafka.pid"
+      if ! running_pid >/dev/null; then
+        tail -n 40 "$base/node-$((i + 1))/kafka.log" >&2
+        die "node $((i + 1)) is not running"
+      fi
+    done
+    ((SECONDS < deadline)) || die "the cluster was not ready after ${TIMEOUT}s ($started nodes started)"
+    sleep 0.3
+  done
+  local bootstrap=""
+  for port in "${PORT_LIST[@]}"; do bootstrap+="${bootstrap:+,}127.0.0.1:$port"; done
+  echo "$bootstrap"
+}
+
+cmd_cluster_stop() {
+  parse_cluster_args "$@"
+  local node pid pids=() base="$DATA_DIR"
+  for node in "$base"/node-*; do
+    [[ -d "$node" ]] || continue
+    [[ -z "$NODE" || "$node" == "$base/node-$NODE" ]] || continue
+    PID_FILE="$node/kafka.pid"
+    if pid="$(running_pid)"; then pids+=("$pid"); else rm -f "$PID_FILE"; fi
+  done
+  ((${#pids[@]})) || { log "no running node in $base"; return 0; }
+  # All at once: one by one, the last nodes would wait for a controller quorum that is gone.
+  kill -TERM "${pids[@]}"
+  local alive
+  for _ in $(seq 1 150); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.2
+  done
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      log "node (pid $pid) ignored SIGTERM for 30s, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  for node in "$base"/node-*; do
+    [[ -z "$NODE" || "$node" == "$base/node-$NODE" ]] || continue
+    rm -f "$node/kafka.pid"
+  done
+  log "stopped ${#pids[@]} node(s) (pids ${pids[*]})"
+}
+
 case "${1:-}" in
   fetch) fetch; log "Kafka $KAFKA_VER libs ready in $LIBS" ;;
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
+  cluster-start) shift; cmd_cluster_start "$@" ;;
+  cluster-stop) shift; cmd_cluster_stop "$@" ;;
   *) usage ;;
 esac
