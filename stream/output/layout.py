@@ -15,11 +15,11 @@ Standalone Redis (``REDIS_CLUSTER`` unset):
 | ``{prefix}marker`` | hash | per ``topic:partition``: Redis holds what its owner published |
 
 ``gen, seq, n, v`` is the stored update's version (``output.record.SessionUpdate.version``:
-``n`` the events counted, ``v`` the view version). What the keys and channels hold (the
-fields, the messages, the values) is named in ``output.redis``. The totals are sums of what the session
-rows and the partitions' retired figures hold (every event ever taken, sessions that
-expired included), applied as differences by the writing scripts, so they stay exact
-under redelivery and come back with a re-seed.
+``n`` the events counted, ``v`` the view version); what the keys and channels hold (the
+fields, the messages, the values) is named in ``output.redis``. The totals are sums of
+what the session rows and the partitions' retired figures hold (every event ever taken,
+sessions that expired included), applied as differences by the writing scripts, so they
+stay exact under redelivery and come back with a re-seed.
 
 Redis Cluster (``REDIS_CLUSTER=1``, note 014): a script may only touch keys of one hash
 slot, so each session belongs to one of ``SHARDS`` shards (``shard_of``: CRC-32 of the id)
