@@ -3,7 +3,7 @@
 ``Committer.commit`` states the order (seven steps); ``Committer.run`` takes the agent's
 batches one after the other, overlapping a batch's fold with the last one's delivery when
 the worker is a whole batch behind. Every part comes in through ``Parts``, so the commit
-path runs without Kafka, Faust or Redis (``stream.testing.memory`` has in-memory parts)
+path runs without Kafka, Faust or Redis (``tests/unit/app/memory.py`` has in-memory parts)
 exactly as it runs in the worker (``stream.app.worker`` hands it the real ones).
 """
 

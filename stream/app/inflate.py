@@ -21,8 +21,8 @@ things change that, installed once per process by ``install``:
   left for the next fetch (aiokafka fetches again from the first batch not handed out),
   so one fetch holds at most ``budget`` plus one batch per partition.
 
-Why not a different client: a librdkafka consumer bounds zstd by ``receive.message.max.
-bytes`` but drives none of Faust's tables and recovery; see docs/notes/017.
+Why not a different client: librdkafka leaves gzip, lz4 and snappy unbounded and stalls a
+partition on a zstd bomb, and drives none of Faust's tables (docs/notes/017, 019).
 """
 
 import struct
