@@ -180,7 +180,7 @@ class Shape:
     """One corpus shape; ``write_shape`` writes it packed (chunk rows as written)."""
 
     name: str
-    text: str  # "words" (ASCII with a little CJK), "long" (the same, longer), "cjk"
+    text: str  # "words" (ASCII with a little CJK), "long" (the same, longer), "cjk", "mixed"
     prompt_words: tuple[int, int]  # per user message
     deltas: tuple[int, int]  # streamed text deltas per step
     delta_words: tuple[int, int]  # words per delta
@@ -188,6 +188,10 @@ class Shape:
     result_words: tuple[int, int]  # per tool result
     legacy: bool
     turns: tuple[int, int] = (4, 16)  # per session
+    system_words: int = 300  # the system prompt
+    tools: tuple[int, int] = (4, 12)  # tool schemas in the request envelope
+    tool_text: bool = False  # tool descriptions from the corpus text (digits, escapes...)
+    file_results: float = 0.0  # share of tool results that are a "file" block, not text
 
 
 CONTENTS: dict[str, dict[str, Any]] = {
@@ -234,6 +238,26 @@ CONTENTS: dict[str, dict[str, Any]] = {
         "result_words": (100, 1500),
         "turns": (1, 3),
     },
+    # Many small legacy-like files, as a held-out corpus of 1,200 sessions had them: ~170
+    # events and ~48 kB each, ~285 bytes a line unpacked, ~45 % of the events chunks in
+    # short runs, a ~1.4 kB system prompt in every request/header, messages of 0.5-0.7 kB
+    # and tool results of ~0.7 kB, text in mixed scripts (accents, CJK, emoji and other
+    # astral letters, control characters, quotes and backslashes, numbers like "1.5" or
+    # "2e3"), tool schemas written in it, one list per session, and half the tool results
+    # as a "file" block (priced by the length of its JSON, where such numbers show).
+    "small-mixed": {
+        "text": "mixed",
+        "prompt_words": (60, 100),
+        "deltas": (3, 10),
+        "delta_words": (1, 4),
+        "calls": (1, 2),
+        "result_words": (70, 110),
+        "turns": (3, 6),
+        "system_words": 200,
+        "tools": (1, 2),
+        "tool_text": True,
+        "file_results": 0.5,
+    },
 }
 
 
@@ -249,6 +273,30 @@ def shapes() -> list[Shape]:
 _CJK_COMMON = "".join(chr(c) for c in range(0x4E00, 0x4E00 + 3000))
 _CJK_PUNCT = "，。、；：？！「」（）"
 _ASTRAL = "🙂😀🚀𠀀𠀁"
+# What "mixed" text draws from besides ASCII words: accented words, astral letters
+# (mathematical, Gothic, Deseret), control characters and what JSON escapes, numbers.
+_ACCENTED = ["café", "naïve", "Ångström", "señor", "über", "façade", "résumé", "Dvořák"]
+_LETTERS = "𝐀𝐁𝔄𝔅𝒜𐌰𐌱𐍈𐐀𐐨"
+_CONTROL = "\x00\x01\x07\x08\t\n\r\x1b\x1f\x7f"
+_ESCAPED = ['"', "\\", "\u2028", "\u2029", "</script>", "\\n", 'say "hi"']
+_NUMBERS = ["1.5", "2e3", "v2.0", "42", "3.14", "0x1E", "10,000", "1E-9", "2026-12-06"]
+
+
+def _mixed_piece(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.62:
+        return rng.choice(WORDS) + " "
+    if r < 0.72:
+        return rng.choice(_ACCENTED) + " "
+    if r < 0.84:
+        return "".join(rng.choice(_CJK_COMMON) for _ in range(rng.randint(1, 6))) + "，"
+    if r < 0.88:
+        return rng.choice(_ASTRAL + _LETTERS)
+    if r < 0.91:
+        return rng.choice(_CONTROL)
+    if r < 0.95:
+        return rng.choice(_ESCAPED) + " "
+    return rng.choice(_NUMBERS) + " "
 
 
 class _Source:
@@ -271,6 +319,9 @@ class _Source:
                     pieces.append(rng.choice(_ASTRAL))
             self.text = "".join(pieces)
             self.per_word = 2
+        elif kind == "mixed":
+            self.text = "".join(_mixed_piece(rng) for _ in range(200_000))
+            self.per_word = 5
         else:
             self.text = " ".join(_text(rng, 12) for _ in range(40_000))
             self.per_word = 5
@@ -284,6 +335,16 @@ class _Source:
         return self.text[start : start + size]
 
 
+def _result_content(rng: random.Random, source: _Source, shape: Shape) -> list[dict[str, Any]]:
+    """A tool result's blocks: its text, or as often as ``shape.file_results`` says a
+    ``file`` block, which the estimator prices by its JSON (contract: "Pricing")."""
+    text = source.take(rng.randint(*shape.result_words))
+    if shape.file_results and rng.random() < shape.file_results:
+        path = f"src/{source.take(2).strip() or 'x'}.py"
+        return [{"type": "file", "path": path, "mediaType": "text/plain", "text": text}]
+    return build.texts(text)
+
+
 def shaped_session(
     rng: random.Random, source: _Source, session_id: str, shape: Shape, budget: float
 ) -> bytes:
@@ -292,8 +353,13 @@ def shaped_session(
     w = _Writer(session_id)
     if shape.legacy:
         w.rows.clear()  # no header line: the session id is the file name
-    tools = _tools(rng, rng.randint(4, 12))
-    system = "You are a careful coding agent. " + source.take(300)
+    tools = _tools(rng, rng.randint(*shape.tools))
+    if shape.tool_text:  # the schemas' descriptions in the corpus text, as real ones are
+        for tool in tools:
+            tool["description"] = source.take(40)
+            for parameter in tool["parameters"]["properties"].values():
+                parameter["description"] = source.take(12)
+    system = "You are a careful coding agent. " + source.take(shape.system_words)
     if not shape.legacy:
         w.add(build.system_message(w.seq, build.texts(system), time=w.time))
     pressure = 2000
@@ -336,7 +402,7 @@ def shaped_session(
             )
             results = [
                 build.tool_result_block(
-                    call, build.texts(source.take(span(shape.result_words))), name=f"tool_{k % 4}"
+                    call, _result_content(rng, source, shape), name=f"tool_{k % 4}"
                 )
                 for k, call in enumerate(calls)
             ]

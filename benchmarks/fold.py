@@ -3,7 +3,8 @@
 Prints figures; asserts nothing about speed. Corpus generation is never timed.
 
     python -m benchmarks.fold [--sessions N] [--turns T] [--repeat R] [--seed S] [--json]
-                              [--shape-mb MB] [--throughput-only] [--profile]
+                              [--shape-mb MB] [--shapes PREFIX,...] [--throughput-only]
+                              [--profile]
 
 1. Throughput of reading + parsing + folding every log of a generated corpus: ours in
    process (``perf_counter``) and the reference (``node tests/oracle/fold.mjs --bench``, its
@@ -326,12 +327,20 @@ def shape_runs(
 
 
 def shape_throughput(
-    root: Path, megabytes: float, seed: int, node: str | None, repeat: int
+    root: Path,
+    megabytes: float,
+    seed: int,
+    node: str | None,
+    repeat: int,
+    only: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
-    """Every shape packed and unpacked: `stream fold DIR` against the reference CLI on the
-    same files, whole processes, start-up included, best of ``repeat``."""
+    """Every shape (or those whose name starts with one of ``only``) packed and unpacked:
+    `stream fold DIR` against the reference CLI on the same files, whole processes,
+    start-up included, best of ``repeat``."""
     entries: list[dict[str, Any]] = []
     for shape in shapes():
+        if only and not any(shape.name.startswith(prefix) for prefix in only):
+            continue
         base = root / shape.name.replace("/", "-")
         layouts = {"packed": base / "packed", "unpacked": base / "unpacked"}
         log(f"writing shape {shape.name}: {megabytes:g} MB packed")
@@ -892,7 +901,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             log(f"1b. shapes, whole process, {args.shape_mb:g} MB each")
             result["shape_mb"] = args.shape_mb
             result["shapes"] = shape_throughput(
-                Path(tmp, "shapes"), args.shape_mb, args.seed, node, args.repeat
+                Path(tmp, "shapes"), args.shape_mb, args.seed, node, args.repeat, args.shapes
             )
             result["worst"] = worst_shape(result["shapes"])
     if args.throughput_only:
@@ -926,6 +935,13 @@ def main() -> None:
         default=None,
         help="packed MB per corpus shape (default: sessions x turns / 100, at most 12; 0: no"
         " shapes)",
+    )
+    parser.add_argument(
+        "--shapes",
+        type=lambda text: tuple(filter(None, text.split(","))),
+        default=(),
+        help="only the shapes whose names start with one of these (comma-separated), e.g."
+        " small-mixed,cjk/legacy",
     )
     parser.add_argument(
         "--profile", action="store_true", help="also cProfile one fold of the unpacked corpus"

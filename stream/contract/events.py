@@ -103,25 +103,29 @@ def read_event(raw: Any) -> Event:
     seq = raw.get("seq")
     kind = raw.get("type")
     data = raw.get("data")
-    # Fast path for the common well-formed event without a surfaceOp (chunks, headers...).
+    # Fast paths for the common well-formed events: without a surfaceOp (chunks,
+    # headers...), and a surface type appending (messages, tool results).
     if (
         type(seq) is int
         and 0 <= seq <= MAX_SAFE_INTEGER
         and type(kind) is str
         and type(data) is dict
         and type(raw.get("time")) is int
-        and "surfaceOp" not in raw
-        and kind not in SURFACE_TYPES
     ):
         # tuple.__new__: the same Event as Event(...), without NamedTuple's Python-level
         # __new__ (a third of this path's cost; most events take this line).
-        if kind not in READ_TYPES:
-            return _new(Event, (kind, seq, data, None, None, None, True))
-        if kind == "assistant/chunk":
-            chunk = data.get("chunk")
-            if type(chunk) is dict and chunk.get("type") != "usage":
+        if "surfaceOp" not in raw:
+            if kind not in READ_TYPES:
                 return _new(Event, (kind, seq, data, None, None, None, True))
-        return _new(Event, (kind, seq, data, None, None, None, False))
+            if kind in SURFACE_TYPES:
+                return _read_event_slowly(raw)  # a surface event without its op
+            if kind == "assistant/chunk":
+                chunk = data.get("chunk")
+                if type(chunk) is dict and chunk.get("type") != "usage":
+                    return _new(Event, (kind, seq, data, None, None, None, True))
+            return _new(Event, (kind, seq, data, None, None, None, False))
+        if kind in SURFACE_TYPES and raw["surfaceOp"] == APPEND:
+            return _new(Event, (kind, seq, data, APPEND, None, None, False))
     return _read_event_slowly(raw)
 
 

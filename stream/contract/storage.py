@@ -6,10 +6,12 @@ chunk events from ``seq0``. A malformed row is corrupt storage: it is refused wh
 (``Unreadable``) rather than guessed at, since a guess would silently drop a run.
 """
 
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
-from stream.contract.errors import Unreadable
+from stream.contract.errors import BadLine, Unreadable
 from stream.contract.events import MAX_SAFE_INTEGER
+from stream.contract.jsontext import loads
 
 CHUNK_ROWS: Final = {
     "text-chunks": ("texts", "text-delta"),
@@ -163,3 +165,22 @@ def expand(value: Any) -> list[Any]:
     """One parsed storage line as the events it stands for (most lines: itself)."""
     decoded = decode_line(value)
     return decoded.events() if type(decoded) is ChunkRun else [decoded]
+
+
+def read_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
+    """A log's lines as ``(line number, value)``: a raw event object, a ``ChunkRun`` for a
+    packed row, or a ``BadLine`` for a line that is not JSON or not a valid storage row.
+    A header line (line 1) is left out; blank lines are skipped. Here, in the compiled
+    core, rather than in the reader: it runs once per line of every log."""
+    number = 0
+    for line in lines:
+        number += 1
+        try:
+            value = decode_line(loads(line))
+        except Unreadable as error:
+            if line.strip():  # blank lines are skipped, only checked on failure
+                yield number, BadLine(number, str(error))
+            continue
+        if number == 1 and session_id_of(value) is not None:
+            continue
+        yield number, value

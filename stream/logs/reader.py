@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from stream.contract.errors import BadLine, Unreadable
 from stream.contract.jsontext import loads
-from stream.contract.storage import decode_line, session_id_of
+from stream.contract.storage import read_lines, session_id_of
 
 LOG_SUFFIXES = (".jsonl", ".jsonl.zstd", ".jsonl.zst")
 
@@ -112,16 +112,7 @@ class SessionLog:
         or a ``BadLine`` for a line that is not JSON or not a valid storage row."""
         with _open(self.path) as stream:
             try:
-                for number, line in enumerate(stream, 1):
-                    try:
-                        value = decode_line(loads(line))
-                    except Unreadable as error:
-                        if line.strip():  # blank lines are skipped, only checked on failure
-                            yield number, BadLine(number, str(error))
-                        continue
-                    if number == 1 and session_id_of(value) is not None:
-                        continue
-                    yield number, value
+                yield from read_lines(stream)
             except Exception as error:  # zstd frame errors, I/O errors mid-file
                 if isinstance(error, LogError):
                     raise

@@ -83,9 +83,23 @@ def price_system_message(message: Any) -> int:
     return 0 if chars == 0 else ceil4(chars) + ROLE_OVERHEAD
 
 
+# The last system prompt priced and its price, one tuple (swapped whole). Harnesses re-log
+# the same prompt in every request envelope; comparing it with the last one (a memcmp) is
+# much cheaper than its UTF-16 length when it holds non-BMP characters (~4 us a kB).
+_last_system: tuple[str, int] = ("", 0)
+
+
 def price_envelope_system(system: str | None) -> int:
     """The request envelope's system prompt; absent (or canonically empty) is 0."""
-    return 0 if not system else ceil4(utf16_len(system)) + ROLE_OVERHEAD
+    global _last_system
+    if not system:
+        return 0
+    last = _last_system
+    if last[0] == system:
+        return last[1]
+    price = ceil4(utf16_len(system)) + ROLE_OVERHEAD
+    _last_system = (system, price)
+    return price
 
 
 def price_envelope_tools(tools: list[Any] | None) -> int:

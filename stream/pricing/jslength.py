@@ -81,23 +81,63 @@ def _scalar_len(value: Any) -> int:
 
 # Where orjson may print a number unlike JS: a float (``1.0``, ``1e+21``, ``-0.0``: a digit
 # then ``.``, ``e`` or ``E``) or an integer of 16 digits or more (beyond 2^53 JS rounds it
-# first). Found with every digit mapped to 0 (faster than a regex here); the same bytes
-# inside a string ("v2.0") only cost the exact walk.
-_ZEROS = bytes.maketrans(b"123456789", b"000000000")
-_SIXTEEN_DIGITS = b"0" * 16
+# first). Found in one ``bytes.translate`` of the text: every digit mapped to ``0`` (UTF-8
+# continuation bytes to 0x80 and 4-byte leads to 0xF0, for the UTF-16 length below),
+# then ``find`` for ``0.``, ``0e``, ``0E`` and sixteen zeros, each hit taken as a number
+# only where its zeros follow ``:``, ``,`` or ``[`` (and maybe ``-``): where orjson's
+# compact text starts a number. Real text ("v2.0", "1.5 s", a hash "3e9f") has such bytes
+# inside strings often; a string's digits follow those bytes only in text such as
+# "a:1.5", which then costs the exact walk. (A regex over the whole text for the same
+# test took longer than the rest of this function.)
+_MAPPED = bytes.maketrans(
+    b"123456789" + bytes(range(0x80, 0xC0)) + bytes(range(0xF0, 0xF8)),
+    b"000000000" + b"\x80" * 0x40 + b"\xf0" * 8,
+)
+_SIXTEEN_ZEROS = b"0" * 16
+_ZERO, _MINUS = 0x30, 0x2D
+_NUMBER_AFTER = b":,["
+
+
+def _starts_number(digits: bytes, end: int) -> bool:
+    """Whether the zeros just before ``end`` in ``digits`` begin where a number can."""
+    start = end
+    while start > 0 and digits[start - 1] == _ZERO:
+        start -= 1
+    if start > 0 and digits[start - 1] == _MINUS:
+        start -= 1
+    return start > 0 and digits[start - 1] in _NUMBER_AFTER
+
+
+def _risky_number(digits: bytes) -> bool:
+    for marker in (b"0.", b"0e", b"0E"):
+        at = digits.find(marker)
+        while at >= 0:
+            if _starts_number(digits, at + 1):
+                return True
+            at = digits.find(marker, at + 2)
+    at = digits.find(_SIXTEEN_ZEROS)
+    while at >= 0:
+        end = at + 16
+        if _starts_number(digits, end):
+            return True
+        while end < len(digits) and digits[end] == _ZERO:
+            end += 1  # past this run of zeros
+        at = digits.find(_SIXTEEN_ZEROS, end)
+    return False
 
 
 def compact_json_len(text: bytes) -> int | None:
     """``JSON.stringify``'s length for a container, from its ``orjson.dumps`` text, or None
     when that text may differ from JS's in length (numbers, above). orjson prints what
     ``JSON.stringify`` prints otherwise: no spaces, the same escapes (``\\n``, ``\\u001f``;
-    U+2028 raw), other characters raw (UTF-8 here, counted in UTF-16 units)."""
-    digits = text.translate(_ZEROS)
-    if b"0." in digits or b"0e" in digits or b"0E" in digits or _SIXTEEN_DIGITS in digits:
+    U+2028 raw), other characters raw (UTF-8 here, counted in UTF-16 units: a character
+    per byte that is not a continuation byte, two for a 4-byte sequence)."""
+    mapped = text.translate(_MAPPED)
+    if _risky_number(mapped):
         return None
     if text.isascii():
         return len(text)
-    return utf16_len(text.decode())
+    return len(text) - mapped.count(0x80) + mapped.count(0xF0)
 
 
 def json_len(value: Any) -> int:

@@ -6,7 +6,14 @@ from typing import Any
 import pytest
 
 from stream.contract.errors import Unreadable
-from stream.contract.jsontext import MAX_DEPTH, PARSE_DEPTH, loads, text_depth, value_depth
+from stream.contract.jsontext import (
+    MAX_DEPTH,
+    PARSE_DEPTH,
+    loads,
+    might_nest,
+    text_depth,
+    value_depth,
+)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +88,18 @@ def test_a_message_parses_to_the_parse_depth_whatever_the_callers_stack(inner: s
 
     for frames in (0, 400, 800):
         assert value_depth(at_stack(frames)) == PARSE_DEPTH
+
+
+@pytest.mark.parametrize(
+    ("squares", "braces"),
+    [(0, 0), (20, 15), (256, 256), (257, 256), (513, 0), (0, 513), (512, 0), (300, 300)],
+)
+def test_might_nest_counts_openers_past_the_bound(squares: int, braces: int) -> None:
+    # Openers spread through a long line (padding between them), as in a real event.
+    text = "x" * 2000 + "[ ".join([""] * (squares + 1)) + "{ ".join([""] * (braces + 1))
+    expected = squares + braces > MAX_DEPTH
+    assert might_nest(text) is expected
+    assert might_nest(text.encode()) is expected
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting() -> None:

@@ -181,6 +181,12 @@ def test_json_len_rejects_non_json_values() -> None:
         ('{"a":[1,-0.0]}', True),
         ('{"a":1e21}', True),
         ('{"a":"1.5, [2.5"}', True),  # number-like text in a string: the exact walk, same length
+        ('{"a":"v2.0 took 1.5 s, hash 3e9f, 1E-9"}', False),  # inside strings only
+        ('{"1.0":"x","k":["2e3","12345678901234567"]}', False),  # keys and strings
+        ('{"a":"x:1.5"}', True),  # a string that reads like a member: walked, same length
+        ('{"a":"x","b":[1,2.5]}', True),
+        ("[-1.5]", True),
+        ('{"a":-12345678901234567}', True),
     ],
 )
 def test_json_len_takes_orjson_text_only_when_its_numbers_print_as_in_js(
