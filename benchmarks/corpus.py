@@ -238,23 +238,24 @@ CONTENTS: dict[str, dict[str, Any]] = {
         "result_words": (100, 1500),
         "turns": (1, 3),
     },
-    # Many small legacy-like files, as a held-out corpus of 1,200 sessions had them: ~170
-    # events and ~48 kB each, ~285 bytes a line unpacked, ~45 % of the events chunks in
-    # short runs, a ~1.4 kB system prompt in every request/header, messages of 0.5-0.7 kB
-    # and tool results of ~0.7 kB, text in mixed scripts (accents, CJK, emoji and other
-    # astral letters, control characters, quotes and backslashes, numbers like "1.5" or
-    # "2e3"), tool schemas written in it, one list per session, and half the tool results
-    # as a "file" block (priced by the length of its JSON, where such numbers show).
+    # Many small legacy-like files, as a held-out corpus of 1,200 sessions had them (~170
+    # events, ~285 bytes a line unpacked, ~45 % of the events chunks): here ~170 events
+    # and ~60 kB each, ~350 bytes a line, ~50 % chunks in short runs, a ~1.4 kB system
+    # prompt in every request/header, messages of 0.5-0.7 kB and tool results of ~0.7 kB,
+    # text in mixed scripts (accents, CJK, emoji and other astral letters, control
+    # characters, quotes and backslashes, numbers like "1.5" or "2e3"), a tool schema
+    # written in it in half the sessions, and half the tool results as a "file" block
+    # (priced by the length of its JSON, where such numbers show).
     "small-mixed": {
         "text": "mixed",
         "prompt_words": (60, 100),
         "deltas": (3, 10),
         "delta_words": (1, 4),
         "calls": (1, 2),
-        "result_words": (70, 110),
+        "result_words": (45, 70),
         "turns": (3, 6),
         "system_words": 200,
-        "tools": (1, 2),
+        "tools": (0, 1),
         "tool_text": True,
         "file_results": 0.5,
     },

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -170,8 +169,12 @@ def _loaded_elsewhere(module: str, path: Path) -> bool:
     return loaded is not None and getattr(loaded, "__file__", None) != str(path)
 
 
-class CompiledCoreFinder(importlib.abc.MetaPathFinder):
-    """Finds exactly the modules of one build, as their compiled extension files."""
+class CompiledCoreFinder:
+    """Finds exactly the modules of one build, as their compiled extension files.
+
+    A meta path finder needs only ``find_spec``; not subclassing
+    ``importlib.abc.MetaPathFinder`` spares every command importing ``importlib.abc``
+    (and ``importlib.resources`` with it: ~9 ms of start-up)."""
 
     def __init__(self, extensions: Mapping[str, Path]) -> None:
         self.extensions = dict(extensions)

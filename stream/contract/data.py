@@ -101,8 +101,19 @@ def _step_id(event: Event, key: str) -> int | None:
     return count
 
 
+# The last event read for a sample and its sample, one tuple (swapped whole).
+# contextPressure and tokenUsage both read every usage-bearing event, one after the other;
+# the second takes the first's sample (held here, so the event cannot be freed and its
+# identity reused while it is the key).
+_last_sample: tuple[Event | None, Sample | None] = (None, None)
+
+
 def usage_sample(event: Event) -> Sample | None:
     """The usage an ``assistant/chunk`` (usage chunk) or ``assistant/message`` reports."""
+    global _last_sample
+    last = _last_sample
+    if last[0] is event:
+        return last[1]
     data = event.data
     if event.type == "assistant/chunk":
         chunk = data.get("chunk")
@@ -118,7 +129,9 @@ def usage_sample(event: Event) -> Sample | None:
     usage = read_usage(raw)
     if usage is None:
         raise usage_problem(f"{event.type} at seq {event.seq}: {field}", raw)
-    return Sample(_step_id(event, "turn"), _step_id(event, "step"), usage)
+    sample = Sample(_step_id(event, "turn"), _step_id(event, "step"), usage)
+    _last_sample = (event, sample)
+    return sample
 
 
 def context_window(event: Event) -> int | None:
