@@ -37,6 +37,7 @@ def use_uvloop() -> bool:
     """uvloop's event loop policy for loops created from now on (the worker's loop and its
     consumer thread's both take it); False if unavailable."""
     import asyncio  # here, not at the top: ~18 ms that the offline commands never use
+
     try:
         import uvloop
     except ImportError:  # pragma: no cover - a dependency of the worker (faust[uvloop])
