@@ -10,11 +10,12 @@ exactly as it runs in the worker (``stream.app.worker`` hands it the real ones).
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stream.app import inflate
+from stream.publish.publisher import Sending
 from stream.session.batch import BatchResult, Message, fold_batch
 from stream.session.limits import Limits
 from stream.session.results import Recall, SessionChange
@@ -41,9 +42,8 @@ class BatchPublisher(Protocol):
     """Where a folded batch goes (``stream.publish.publisher.Publisher``)."""
 
     async def left(self) -> None: ...
-    def records(self, result: BatchResult) -> Any: ...
-    def send(self, result: BatchResult, records: Any) -> Awaitable[None]: ...
-    async def cache(self, result: BatchResult, records: Any) -> None: ...
+    def send(self, result: BatchResult) -> Sending: ...
+    async def cache(self, sending: Sending) -> None: ...
 
 
 class Gate(Protocol):
@@ -148,25 +148,24 @@ class Committer:
             publisher = parts.publisher()
             if after is not None:
                 await after.delivered
-            sending = time.perf_counter()
-            records = publisher.records(result)
+            publishing = time.perf_counter()
             try:  # no await before the rows go in (send): see observe_rows
                 stats.observe_rows(result)
             except Exception:
                 log.exception("census of a batch not moved")
-            confirmed = publisher.send(result, records)  # 2, 3, 4
+            sending = publisher.send(result)  # 2, 3, 4
             table.kept.remember(result.sessions)  # the next batch's fold recalls them
             flight.sent.set_result(None)
             flight.after = None  # what ``landed`` follows only while a batch has not sent
         sent = cpu()
-        await confirmed  # 5
+        await sending.confirmed  # 5
         flight.delivered.set_result(None)
         delivered = cpu()
         if after is not None:
             await after.done  # its Redis write and its ack go first
         with stats.redis_seconds.time():
-            await publisher.cache(result, records)  # 6
-        stats.publish_seconds.observe(time.perf_counter() - sending)
+            await publisher.cache(sending)  # 6
+        stats.publish_seconds.observe(time.perf_counter() - publishing)
         cached = cpu()
         parts.committed(messages, result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack

@@ -27,6 +27,7 @@ then, once confirmed, ``cache`` (to Redis).
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stream.config import Settings
@@ -95,16 +96,13 @@ class Publisher:
         return self.queue.max_pending_bytes
 
     # -- one batch -------------------------------------------------------------------
-    def records(self, result: BatchResult) -> list[SessionUpdate]:
-        """The output record of every session the batch changed, one each."""
+    def send(self, result: BatchResult) -> "Sending":
+        """Every record of the batch: per session its row and its output record, the
+        partition rows, the dead letters. The rows are in the store and the records on
+        their way when this returns (no await in between); await ``Sending.confirmed``
+        for the broker's confirmation of every one, then hand it to ``cache``."""
         gen = self.generation
-        return [SessionUpdate.from_change(c, gen) for c in result.sessions]
-
-    def send(self, result: BatchResult, updates: Sequence[SessionUpdate]) -> Awaitable[None]:
-        """Every record of the batch: per session its row and its output record
-        (``updates``, one per ``result.sessions``), the partition rows, the dead letters.
-        The rows are in the store and the records on their way when this returns (no
-        await in between); await the result for the broker's confirmation of every one."""
+        updates = [SessionUpdate.from_change(c, gen) for c in result.sessions]
 
         def records() -> list[Awaitable[Any]]:
             futures: list[Awaitable[Any]] = []
@@ -120,16 +118,17 @@ class Publisher:
                 futures.append(outbox.send_dead_letter(letter))
             return futures
 
-        return confirmed(records, "records of a batch", records())
+        return Sending(result, updates, confirmed(records, "records of a batch", records()))
 
     async def left(self) -> None:
         """Until the records sent so far are on their way to the broker: a step that then
         holds the loop (the next batch's fold) no longer holds back their round trip."""
         await self.outbox.left()
 
-    async def cache(self, result: BatchResult, updates: list[SessionUpdate]) -> None:
-        """The batch's updates and dead-letter counts to Redis, in one round trip (queued
-        while Redis is away)."""
+    async def cache(self, sending: "Sending") -> None:
+        """A confirmed batch's updates and dead-letter counts to Redis, in one round trip
+        (queued while Redis is away)."""
+        result, updates = sending.result, sending.updates
         gen, topic = self.generation, self.settings.input_topic
         # Every batch writes its partitions' rows (the stream time); a count of 0 moves
         # nothing in Redis, so only partitions with dead letters are sent.
@@ -266,4 +265,14 @@ class Publisher:
         return sent
 
 
-__all__ = ["Outbox", "PermanentRedisError", "Publisher", "RedisState"]
+@dataclass
+class Sending:
+    """A batch on its way (``Publisher.send``): its output records, and the broker's
+    confirmation of every record to await before ``Publisher.cache``."""
+
+    result: BatchResult
+    updates: list[SessionUpdate]
+    confirmed: Awaitable[None]
+
+
+__all__ = ["Outbox", "PermanentRedisError", "Publisher", "RedisState", "Sending"]

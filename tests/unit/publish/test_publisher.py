@@ -204,9 +204,9 @@ def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult:
 
 async def publish(publisher: Publisher, result: BatchResult) -> None:
     """The worker's order per batch: the records out to Kafka, confirmed, then to Redis."""
-    updates = publisher.records(result)
-    await publisher.send(result, updates)
-    await publisher.cache(result, updates)
+    sending = publisher.send(result)
+    await sending.confirmed
+    await publisher.cache(sending)
 
 
 def pending(publisher: Publisher) -> dict[str, tuple[int, int, int]]:
