@@ -76,6 +76,7 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         to_message = self._to_message
         app = self.app
         bulk_topics: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
+        changelogs: dict[str, Any] = getattr(self.transport, "changelogs", {})
         holes = self._holes
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
@@ -107,6 +108,11 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                     if not (active is None or tp in active or tp in self._buffered_partitions):
                         continue
                     app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                    restore = changelogs.get(tp.topic)
+                    if restore is not None and batch:  # a table's, in bulk (stream.app.restore)
+                        await restore.take(tp, batch, to_message)
+                        set_read_offset(tp, batch[-1].offset)
+                        continue
                     bulk = tp.topic in bulk_topics
                     taken: list[Any] | None = None  # this partition's records in pending
                     r_offset = get_read_offset(tp)

@@ -45,7 +45,7 @@ RELIED_ON: Final[dict[str, str]] = {
     "_seek": "faust aiokafka ConsumerThread: called, one partition's seek (fetch)",
     "_create_consumer": "faust ConsumerThread: overridden, the aiokafka consumer (fetch)",
     "_stopped": "mode Service: the fetcher's stop event (fetch)",
-    "_tp_index": "faust Conductor: channels by topic partition (fetch)",
+    "_tp_index": "faust Conductor: channels by topic partition (fetch, restore)",
     # mode.utils.queues.ThrowableQueue and FlowControlEvent: the agent's queue
     "_clear_on_resume": "mode ThrowableQueue: turned off for the agent's queue (batching)",
     "_flow_control": "mode ThrowableQueue: its flow control event (batching)",
@@ -64,7 +64,7 @@ RELIED_ON: Final[dict[str, str]] = {
     "_partitioner": "aiokafka AIOKafkaProducer: called, Java's partitioner (producer)",
     "_wait_on_metadata": "aiokafka AIOKafkaProducer: called, a topic's partitions (producer)",
     # faust's RocksDB store and table
-    "_db_for_partition": "faust rocksdb Store: called, one partition's database (table)",
+    "_db_for_partition": "faust rocksdb Store: called, one partition's database (table, restore)",
     "_dbs": "faust rocksdb Store: the open databases (table)",
     "_visible_items": "faust rocksdb Store: read, a partition's rows (table)",
     "_new_changelog_topic": "faust Collection: called, a changelog topic with our settings (table)",

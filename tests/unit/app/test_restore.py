@@ -1,0 +1,96 @@
+"""The bulk restore (``stream.app.restore``): a fetch's changelog records into the table's real
+RocksDB as one write, with Faust's persisted offset, and Faust's recovery kept up to date."""
+
+from pathlib import Path
+from typing import Any
+
+import faust
+import pytest
+from aiokafka.structs import ConsumerRecord  # type: ignore[import-untyped]
+from faust.types import TP, Message
+from rocksdict import Options, Rdict
+
+from stream.app.restore import BulkRestore, write_batch
+from stream.app.table import SessionTable
+
+TOPIC = "restore-test-sessions-changelog"
+
+
+def record(partition: int, offset: int, key: bytes, value: bytes | None) -> Any:
+    size = -1 if value is None else len(value)
+    return ConsumerRecord(TOPIC, partition, offset, 0, 0, key, value, None, len(key), size, [])
+
+
+def to_message(tp: TP, r: Any) -> Message:
+    return Message(r.topic, r.partition, r.offset, 0.0, 0, [], r.key, r.value, None, tp=tp)
+
+
+def test_write_batch_writes_rows_and_removals_past_the_held_offset(tmp_path: Path) -> None:
+    db = Rdict(str(tmp_path / "db"), Options(raw_mode=True))  # as Faust opens its stores
+    db[b"gone"] = b"old"
+    records = [
+        record(0, 4, b"held", b"already restored"),  # at or below the held offset: left
+        record(0, 5, b"a", b"row a"),
+        record(0, 6, b"b", b"row b1"),
+        record(0, 7, b"b", b"row b2"),  # the later row of a key wins
+        record(0, 8, b"gone", None),  # a tombstone removes the row
+    ]
+    batch, last, count = write_batch(records, 4)
+    assert batch is not None and (last, count) == (8, 4)
+    db.write(batch)
+    assert (db.get(b"a"), db.get(b"b"), db.get(b"gone"), db.get(b"held")) == (
+        b"row a",
+        b"row b2",
+        None,
+        None,
+    )
+    db.close()
+
+
+def test_write_batch_of_records_held_already_is_none() -> None:
+    assert write_batch([record(0, 3, b"a", b"x")], 3) == (None, 3, 0)
+    assert write_batch([], None) == (None, -1, 0)
+
+
+@pytest.fixture
+def restored(tmp_path: Path) -> Any:
+    app = faust.App("restore-test", store="rocksdb://", datadir=str(tmp_path), broker="kafka://x:1")
+    table = SessionTable(app, partitions=3)
+    assert table.changelog == TOPIC
+    return app, table, BulkRestore(app, table)
+
+
+def test_take_restores_a_fetch_and_moves_recovery(restored: Any) -> None:
+    app, table, restore = restored
+    recovery = app.tables.recovery
+    active, standby, revoked = TP(TOPIC, 0), TP(TOPIC, 1), TP(TOPIC, 2)
+    recovery.add_active(table.table, active)
+    recovery.add_standby(table.table, standby)
+    # The changelog channel recovery reads, as the table manager subscribes it.
+    channel = table.table.changelog_topic.clone_using_queue(app.tables.changelog_queue)
+    app.topics._tp_index[active].add(channel)
+
+    async def fetches() -> None:
+        await restore.take(
+            active, [record(0, 0, b"s1", b"r1"), record(0, 1, b"s2", b"r2")], to_message
+        )
+        await restore.take(
+            active, [record(0, 1, b"s2", b"stale"), record(0, 2, b"s1", None)], to_message
+        )
+        await restore.take(standby, [record(1, 0, b"s3", b"r3")], to_message)
+        await restore.take(revoked, [record(2, 0, b"s4", b"r4")], to_message)
+
+    app.loop.run_until_complete(fetches())  # the loop the app's objects are bound to
+
+    assert table.load(b"s2", 0) == b"r2"  # offset 1 again: not applied twice
+    assert table.load(b"s1", 0) is None  # removed by its tombstone
+    assert table.load(b"s3", 1) == b"r3"
+    assert table.table.data.persisted_offset(active) == 2  # read back as Faust reads it
+    assert table.table.data.persisted_offset(standby) == 0
+    assert recovery.active_offsets[active] == 2 and recovery.standby_offsets[standby] == 0
+    assert revoked not in recovery.active_offsets and 2 not in table.table.data._dbs
+    assert restore.total == 4  # s1, s2, the tombstone, s3
+    # Recovery's loop is handed each fetch's last record of the partition it watches.
+    queue = app.tables.changelog_queue
+    offsets = [queue.get_nowait().message.offset for _ in range(queue.qsize())]
+    assert offsets == [1, 2]
