@@ -13,11 +13,12 @@ Prints figures; asserts nothing about speed. Corpus generation is never timed.
    to one line per event (what Kafka delivers). Plus whole-process wall time of both CLIs,
    startup included.
    1b. Whole processes per corpus shape (``benchmarks.corpus.shapes``: long texts, CJK, many
-   tool calls, large tool results, each in the legacy and the modern envelope, each packed
-   and unpacked): ``python -m stream fold DIR`` against ``node tests/oracle/fold.mjs DIR``,
-   start-up included, the two alternating, best of R to 3R runs (until the two fastest of
-   each agree within 10 %); events/s, the ratio, whether the outputs agree, and the worst
-   shape (``report["shapes"]``, ``report["worst"]``).
+   tool calls, large tool results, short sessions, and many small logs of mixed scripts
+   (five times ``--shape-mb``), each in the legacy and the modern envelope, each packed
+   and unpacked; ``--shapes`` picks some): ``python -m stream fold DIR`` against
+   ``node tests/oracle/fold.mjs DIR``, start-up included, the two alternating, best of R
+   to 3R runs (until the two fastest of each agree within 10 %); events/s, the ratio,
+   whether the outputs agree, and the worst shape (``report["shapes"]``, ``report["worst"]``).
 2. Per-event cost of the three projections (``process``) at a 100- and a 50,000-node session.
 3. The positional X-ray (``Surface.fold``): an append at 100 vs 50,000 nodes, and a replace.
 4. Checkpoint bytes per session (the codec row) against the per-node checkpoint.
@@ -343,8 +344,9 @@ def shape_throughput(
             continue
         base = root / shape.name.replace("/", "-")
         layouts = {"packed": base / "packed", "unpacked": base / "unpacked"}
-        log(f"writing shape {shape.name}: {megabytes:g} MB packed")
-        write_shape(layouts["packed"], shape, megabytes, seed)
+        size = megabytes * shape.scale
+        log(f"writing shape {shape.name}: {size:g} MB packed")
+        write_shape(layouts["packed"], shape, size, seed)
         write_unpacked(layouts["packed"], layouts["unpacked"])
         events_count = count_events(layouts["unpacked"])
         entries.extend(shape_runs(shape, layouts, events_count, node, repeat))
@@ -933,8 +935,8 @@ def main() -> None:
         "--shape-mb",
         type=float,
         default=None,
-        help="packed MB per corpus shape (default: sessions x turns / 100, at most 12; 0: no"
-        " shapes)",
+        help="packed MB per corpus shape, times the shape's scale (small-mixed: 5) (default:"
+        " sessions x turns / 100, at most 12; 0: no shapes)",
     )
     parser.add_argument(
         "--shapes",

@@ -49,6 +49,12 @@ def _object(where: str, value: Any) -> dict[str, Any]:
     return value
 
 
+# tuple.__new__ builds a NamedTuple without its Python-level ``__new__`` (which compiled
+# code calls like any Python function): the same value, in well under half the time, for
+# the state built once per event.
+_new = tuple.__new__
+
+
 def read_usage(raw: Any) -> Usage | None:
     """A valid usage object as ``Usage``, else None (see ``usage_problem``).
 
@@ -57,11 +63,14 @@ def read_usage(raw: Any) -> Usage | None:
     if type(raw) is not dict:
         return None
     read, write = raw.get("cacheReadTokens"), raw.get("cacheWriteTokens")
-    usage = Usage(
-        as_count(raw.get("inputTokens")),  # type: ignore[arg-type]
-        as_count(raw.get("outputTokens")),  # type: ignore[arg-type]
-        0 if read is None else as_count(read),  # type: ignore[arg-type]
-        0 if write is None else as_count(write),  # type: ignore[arg-type]
+    usage: Usage = _new(
+        Usage,
+        (
+            as_count(raw.get("inputTokens")),
+            as_count(raw.get("outputTokens")),
+            0 if read is None else as_count(read),
+            0 if write is None else as_count(write),
+        ),
     )
     reasoning = raw.get("reasoningTokens")
     if None in usage or (reasoning is not None and as_count(reasoning) is None):
@@ -129,7 +138,7 @@ def usage_sample(event: Event) -> Sample | None:
     usage = read_usage(raw)
     if usage is None:
         raise usage_problem(f"{event.type} at seq {event.seq}: {field}", raw)
-    sample = Sample(_step_id(event, "turn"), _step_id(event, "step"), usage)
+    sample: Sample = _new(Sample, (_step_id(event, "turn"), _step_id(event, "step"), usage))
     _last_sample = (event, sample)
     return sample
 

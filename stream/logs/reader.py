@@ -49,9 +49,14 @@ def default_session_id(path: Path) -> str:
     return name.split(".", 1)[0]
 
 
-def _open(path: Path) -> IO[bytes]:
+# Lines are read through a buffer of this size: a typical log in one or two reads, not a
+# read per 8 KiB (the default), and still a bounded amount of memory for a huge log.
+READ_BUFFER = 1 << 20
+
+
+def _open(path: Path, buffering: int = -1) -> IO[bytes]:
     try:
-        raw = path.open("rb")
+        raw = path.open("rb", buffering=buffering)
     except OSError as error:
         raise LogError(f"{path}: {error.strerror or error}") from None
     if path.name.endswith((".zstd", ".zst")):
@@ -110,7 +115,7 @@ class SessionLog:
     def lines(self) -> Iterator[tuple[int, Any]]:
         """``(line number, value)``: a raw event object, a ``ChunkRun`` for a packed row,
         or a ``BadLine`` for a line that is not JSON or not a valid storage row."""
-        with _open(self.path) as stream:
+        with _open(self.path, READ_BUFFER) as stream:
             try:
                 yield from read_lines(stream)
             except Exception as error:  # zstd frame errors, I/O errors mid-file

@@ -33,7 +33,7 @@ def events(lines: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, Event | Chun
             yield number, BadLine(number, str(error))
 
 
-_BLOCK = 4096  # events held before folding: bounds memory on long logs
+_BLOCK = 128  # events held before folding: folded while their parsed lines are still in cache
 
 
 def fold_lines(
