@@ -81,17 +81,17 @@ def _scalar_len(value: Any) -> int:
 
 # Where orjson may print a number unlike JS: a float (``1.0``, ``1e+21``, ``-0.0``: a digit
 # then ``.``, ``e`` or ``E``) or an integer of 16 digits or more (beyond 2^53 JS rounds it
-# first). Found in one ``bytes.translate`` of the text: every digit mapped to ``0`` (UTF-8
-# continuation bytes to 0x80 and 4-byte leads to 0xF0, for the UTF-16 length below),
-# then ``find`` for ``0.``, ``0e``, ``0E`` and sixteen zeros, each hit taken as a number
+# first). Found in one ``bytes.translate`` of the text: every digit mapped to ``0``, ``e``
+# and ``E`` to ``.`` (UTF-8 continuation bytes to 0x80 and 4-byte leads to 0xF0, for the
+# UTF-16 length below), then ``find`` for ``0.`` and sixteen zeros, each hit taken as a number
 # only where its zeros follow ``:``, ``,`` or ``[`` (and maybe ``-``): where orjson's
 # compact text starts a number. Real text ("v2.0", "1.5 s", a hash "3e9f") has such bytes
 # inside strings often; a string's digits follow those bytes only in text such as
 # "a:1.5", which then costs the exact walk. (A regex over the whole text for the same
 # test took longer than the rest of this function.)
 _MAPPED = bytes.maketrans(
-    b"123456789" + bytes(range(0x80, 0xC0)) + bytes(range(0xF0, 0xF8)),
-    b"000000000" + b"\x80" * 0x40 + b"\xf0" * 8,
+    b"123456789eE" + bytes(range(0x80, 0xC0)) + bytes(range(0xF0, 0xF8)),
+    b"000000000.." + b"\x80" * 0x40 + b"\xf0" * 8,
 )
 _SIXTEEN_ZEROS = b"0" * 16
 _ZERO, _MINUS = 0x30, 0x2D
@@ -109,12 +109,11 @@ def _starts_number(digits: bytes, end: int) -> bool:
 
 
 def _risky_number(digits: bytes) -> bool:
-    for marker in (b"0.", b"0e", b"0E"):
-        at = digits.find(marker)
-        while at >= 0:
-            if _starts_number(digits, at + 1):
-                return True
-            at = digits.find(marker, at + 2)
+    at = digits.find(b"0.")  # a digit then ".", "e" or "E"
+    while at >= 0:
+        if _starts_number(digits, at + 1):
+            return True
+        at = digits.find(b"0.", at + 2)
     at = digits.find(_SIXTEEN_ZEROS)
     while at >= 0:
         end = at + 16
