@@ -3,7 +3,7 @@ the checks a run on it ends with beside ``faults.verify``: every update on the o
 is a state its session passed through, in order; Redis never moved a session backwards;
 every topic the service uses is replicated to all nodes with ``min.insync.replicas=2``.
 
-Used by ``test_cluster.py`` and ``benchmarks/rolling.py``.
+Used by ``test_cluster.py``.
 """
 
 from __future__ import annotations
