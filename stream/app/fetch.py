@@ -16,8 +16,9 @@ rebalance that suspends the flow, as Faust's ``wait_first`` does. Records fetche
 a rebalance or a seek are dropped without moving the read offset, so they are fetched
 again. A jump in an input partition's offsets is fetched again once before Faust may
 commit past it (``Holes``), and ``perform_seek`` moves partitions without a committed
-offset to their beginning. Other topics take Faust's path. The agent's side (batches,
-acks) is ``stream.app.batching``.
+offset to their beginning. A table's changelog goes, a partition's records of a fetch at
+a time, to its bulk restore (``transport.changelogs``, ``stream.app.restore``); other
+topics take Faust's path. The agent's side (batches, acks) is ``stream.app.batching``.
 
 ``install`` gives the app this consumer and the producer of ``stream.app.producer``, both
 on the backoff clients of ``stream.app.backoff``. Written against faust-streaming 0.15.3

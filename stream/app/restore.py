@@ -76,7 +76,8 @@ class BulkRestore:
         self.observe = observe  # given recovery: the metrics' restore gauges
         self.written = 0  # records written since the last progress line
         self.total = 0  # records written by this process
-        self._since = self._observed = time.monotonic()
+        # -inf: the first write begins a restore, and sets the gauges at once
+        self._since = self._observed = float("-inf")
 
     async def take(self, tp: Any, records: Sequence[Any], to_message: Any) -> None:
         """One fetch's ``records`` of changelog partition ``tp`` (``to_message``: the
