@@ -14,7 +14,6 @@ from stream.contract.events import Event, event_time, read_event
 from stream.contract.storage import ChunkRun
 from stream.session.processor import (
     SessionRecord,
-    fold_items,
     note_time,
     process,
     process_run,
@@ -33,9 +32,6 @@ def events(lines: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, Event | Chun
             yield number, BadLine(number, str(error))
 
 
-_BLOCK = 128  # events held before folding: folded while their parsed lines are still in cache
-
-
 def fold_lines(
     record: SessionRecord, lines: Iterable[tuple[int, Any]], every_event: bool = False
 ) -> Iterator[BadLine | None]:
@@ -43,12 +39,14 @@ def fold_lines(
 
     Yields a ``BadLine`` for each unreadable line, and — only with ``every_event`` —
     ``None`` after each event (a packed run is then folded one event at a time, so each
-    yield sees the record exactly as after that event). Otherwise events are folded a
-    block at a time (``fold_items``: runs of passive events in O(1)); a bad line changes
-    no record, so its place among them does not matter.
+    yield sees the record exactly as after that event). Otherwise each event is folded as
+    it is read, while its parsed line is still in cache, except passive events and packed
+    runs that continue each other: those are gathered into one run for ``process_run``
+    (O(1) per run), as ``processor.fold_items`` gathers them; a bad line changes no
+    record, so its place among them does not matter.
     """
     tally = record.tally
-    pending: list[Event | ChunkRun] = []
+    first = end = 0  # the pending run of passive events: seqs [first, end)
     for number, value in lines:
         if type(value) is dict:
             try:
@@ -60,21 +58,33 @@ def fold_lines(
             if every_event:
                 tally.count(process(record, event))
                 yield None
-            else:
-                pending.append(event)
+                continue
+            if not event.passive:
+                if end > first:
+                    tally.add(process_run(record, first, end - first))
+                    first = end = 0
+                tally.count(process(record, event))
+                continue
+            seq, size = event.seq, 1
         elif type(value) is ChunkRun:
             note_time(record, value.latest_time)
             if every_event:
                 for seq in range(value.seq0, value.seq0 + value.size):
                     tally.add(process_run(record, seq, 1))
                     yield None
-            else:
-                pending.append(value)
+                continue
+            seq, size = value.seq0, value.size
         elif type(value) is BadLine:
             yield value
+            continue
         else:
             yield BadLine(number, f"event must be a JSON object, got {type(value).__name__}")
-        if len(pending) >= _BLOCK:
-            fold_items(record, pending, tally)
-            pending.clear()
-    fold_items(record, pending, tally)
+            continue
+        if seq == end and end > first:
+            end += size
+            continue
+        if end > first:
+            tally.add(process_run(record, first, end - first))
+        first, end = seq, seq + size
+    if end > first:
+        tally.add(process_run(record, first, end - first))
