@@ -15,9 +15,10 @@ machine, ``--runs`` times each:
   read meanwhile;
 
 and each again on an empty changelog (a fresh app id): the cold start, taken off. Net
-rates: records / the median of the runs' nets (time on the full changelog less the same
-run's on the empty one). Prints the rates and the worker's over each consumer's; the
-worker's state directory is then checked to hold every row (value for value on a sample).
+rates: records / (the median time on the full changelog - the median on the empty one).
+Also printed: each run's own difference, and the restore alone, from the worker's log
+(Faust's "Restoring state" to its "Restore complete!"). The worker's state directory is
+then checked to hold every row (value for value on a sample).
 Starts its own Kafka and Redis unless KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set.
 """
 
@@ -56,10 +57,15 @@ class Result:
         full, cold = self.seconds[f"{reader} full"], self.seconds[f"{reader} cold"]
         return [f - c for f, c in zip(full, cold, strict=True)]
 
+    def net(self, reader: str) -> float:
+        """The median time on the full changelog less the median cold start: a cold start
+        varies by a second on a shared machine, as much as a small restore takes, so one
+        run's difference can even come out below zero."""
+        full, cold = self.seconds[f"{reader} full"], self.seconds[f"{reader} cold"]
+        return statistics.median(full) - statistics.median(cold)
+
     def rate(self, reader: str) -> float:
-        """Records/s over the median net time (a cold start varies by a second or more
-        on a shared machine: one run's outlier does not make the figure)."""
-        return self.sessions / max(1e-9, statistics.median(self.nets(reader)))
+        return self.sessions / max(1e-9, self.net(reader))
 
 
 READERS = ("poll", "consume", "worker")  # plain consumer a record / 10,000 at a time; worker
@@ -180,6 +186,25 @@ def restore(scenario: Scenario, tag: str) -> tuple[float, WorkerProcess, float]:
     return seconds, worker, shown
 
 
+def restore_phase(log: str) -> float | None:
+    """Seconds from Faust's "Restoring state" to its "Restore complete!" in the last
+    start logged: the restore alone, no start-up in it."""
+    began = ended = None
+    for line in log.splitlines():
+        if "Restoring state from changelog topics" in line:
+            began, ended = _stamp(line), None
+        elif "Restore complete!" in line and began is not None:
+            ended = _stamp(line)
+    return None if began is None or ended is None else ended - began
+
+
+def _stamp(line: str) -> float:
+    """A Faust log line's time (``[2026-12-06 17:14:32,828]``) in seconds."""
+    clock = line[1:24].split(" ")[1]
+    hours, minutes, seconds = clock.replace(",", ".").split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
 def stored(state_dir: Path) -> dict[bytes, bytes]:
     """Every row the worker's state directory holds (its partitions' RocksDBs)."""
     found: dict[bytes, bytes] = {}
@@ -217,6 +242,9 @@ def run(infra: Infra, work: Path, sessions: int, partitions: int, runs: int) -> 
                 timings.setdefault(f"{reader} {side}", []).append(seconds)
             seconds, last, shown = restore(scenario, f"{side}{n}")
             timings.setdefault(f"worker {side}", []).append(seconds)
+            phase = restore_phase(last.log_path.read_text(errors="replace"))
+            if side == "full" and phase is not None:
+                timings.setdefault("restore phase", []).append(phase)
             gauge = max(gauge, shown)
         print(
             f"run {n + 1}: "
@@ -270,8 +298,19 @@ def main() -> None:
         "worker": "worker restore",
     }
     for reader, label in labels.items():
-        nets = ", ".join(f"{n:.2f}" for n in result.nets(reader))
-        print(f"{label:<31} net {nets} s: {result.rate(reader):>10,.0f} records/s")
+        runs = ", ".join(f"{n:.2f}" for n in result.nets(reader))
+        print(
+            f"{label:<31} net {result.net(reader):.2f} s: {result.rate(reader):>10,.0f}"
+            f" records/s (each run's: {runs} s)"
+        )
+    phases = result.seconds.get("restore phase")
+    if phases:
+        phase = statistics.median(phases)
+        print(
+            f"{'the restore alone (worker log)':<31} {phase:.2f} s:"
+            f" {result.sessions / phase:>10,.0f} records/s"
+            f" ({result.sessions / phase / result.rate('poll'):.2f}x of poll())"
+        )
     ratios = {r: result.rate("worker") / result.rate(r) for r in ("poll", "consume")}
     print(f"restore / read: {ratios['poll']:.2f}x of poll(), {ratios['consume']:.2f}x of consume()")
     if args.json is not None:
