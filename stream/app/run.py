@@ -4,7 +4,6 @@
 imports Faust.
 """
 
-import sys
 from typing import Any
 
 import faust
@@ -16,7 +15,6 @@ from stream.ops import control
 from stream.ops.admin import ensure_topics
 
 EXIT_SETUP = 1  # topics or local state could not be prepared
-EXIT_STOPPED = 3  # the worker stopped for a reason it reported (``Metrics.fatal``)
 
 
 class SetupError(RuntimeError):
@@ -42,10 +40,10 @@ def run(settings: Settings, loglevel: str, logging_config: dict[str, Any] | None
 
     1-3. ``prepare``: topics, local state and generation, the worker (``SetupError``:
          the caller reports it, exit 1);
-    4.   Faust's worker runs the app (signals, logging, its services) until a signal or a
-         fatal error stops it;
-    5.   the exit status: ``EXIT_STOPPED`` when the worker stopped for a reason it
-         reported (a permanent Redis error, …), otherwise Faust's.
+    4.   Faust's worker runs the app (signals, logging, its services) until a signal
+         stops it; the exit status is Faust's. A permanent error (a Redis refusal) ends
+         the process from inside with ``worker.EXIT_STOPPED`` instead: the failing batch
+         must not be acked, and a graceful stop would wait for it forever.
     """
     worker = prepare(settings)
     options: dict[str, Any] = {}
@@ -58,10 +56,7 @@ def run(settings: Settings, loglevel: str, logging_config: dict[str, Any] | None
         code = done.code if isinstance(done.code, int) else 1
     else:
         code = 0
-    if worker.stats.fatal:
-        print(f"stream worker: stopped: {worker.stats.fatal}", file=sys.stderr)
-        return EXIT_STOPPED
     return code
 
 
-__all__ = ["EXIT_SETUP", "EXIT_STOPPED", "SetupError", "prepare", "run"]
+__all__ = ["EXIT_SETUP", "SetupError", "prepare", "run"]

@@ -353,6 +353,9 @@ def assemble(
     return worker
 
 
+EXIT_STOPPED = 3  # the process' status when a permanent error stopped it
+
+
 def _stop_on_permanent(stats: metrics.Metrics, error: BaseException) -> None:
     # A permanent refusal is a configuration problem: exit non-zero, loudly, rather than
     # loop. Hard exit: the failing batch must not be acked, and a graceful stop would wait
@@ -362,7 +365,7 @@ def _stop_on_permanent(stats: metrics.Metrics, error: BaseException) -> None:
     stats.fatal = str(error)
     print(f"stream worker: stopped: {error}", file=sys.stderr, flush=True)
     logging.shutdown()
-    os._exit(3)
+    os._exit(EXIT_STOPPED)
 
 
 def build_app(
