@@ -139,7 +139,7 @@ async def batches(
     while not stream.should_stop:
         if not waiting:
             try:
-                waiting.add(bulkqueue.taken(queue, await queue.get()))
+                waiting.add(*bulkqueue.taken(queue, await queue.get()))
             except StopAsyncIteration:  # the channel is closing (shutdown)
                 return
         if linger > 0 and waiting.events + bulkqueue.queued(queue) < max_:
@@ -153,7 +153,7 @@ async def batches(
         # holds the hand-over back, so the events in hand are as many as without turns
         # (the collector's threshold counts on it: runtime.worker_young).
         while waiting.events < max_ and waiting.bytes < bytes_max and not queue.empty():
-            waiting.add(bulkqueue.taken(queue, queue.get_nowait()))
+            waiting.add(*bulkqueue.taken(queue, queue.get_nowait()))
         messages = waiting.take(max_, sessions)
         if not flow_active():
             # A rebalance (or recovery) holds the flow: wait it out, then keep what is still
@@ -182,13 +182,14 @@ class Waiting:
     def __init__(self) -> None:
         self.parts: OrderedDict[Any, list[Any]] = OrderedDict()
         self.events = 0
-        self.bytes = 0  # ``_size`` of what waits
+        self.bytes = 0  # ``bulkqueue.size`` of what waits
 
     def __bool__(self) -> bool:
         return self.events > 0
 
-    def add(self, messages: list[Any]) -> None:
-        """A list the hand-over put on the queue: one partition's records, in order."""
+    def add(self, messages: list[Any], size: int) -> None:
+        """A list the hand-over put on the queue: one partition's records, in order, and
+        their ``bulkqueue.size`` (counted when they left the queue)."""
         if not messages:
             return
         tp = messages[0].tp
@@ -199,7 +200,7 @@ class Waiting:
         else:
             held.extend(messages)
         self.events += len(messages)
-        self.bytes += bulkqueue.size(messages)
+        self.bytes += size
 
     def take(self, max_: int, sessions: int = 0) -> list[Any]:
         """Up to ``max_`` messages, whole partitions longest waiting first; with

@@ -38,12 +38,13 @@ def put(queue: Any, messages: list[Any]) -> None:
     queue.bulk_bytes = queued_bytes(queue) + size(messages)
 
 
-def taken(queue: Any, item: Any) -> list[Any]:
-    """A list the hand-over put on ``queue``, now out of its count."""
+def taken(queue: Any, item: Any) -> tuple[list[Any], int]:
+    """A list the hand-over put on ``queue``, now out of its count, and its ``size``."""
     if type(item) is not list:
         raise TypeError(
             f"batches takes lists of messages from a raw channel of bulk topics, not {item!r}"
         )
+    held = size(item)
     queue.bulk_events = queued(queue) - len(item)
-    queue.bulk_bytes = queued_bytes(queue) - size(item)
-    return item
+    queue.bulk_bytes = queued_bytes(queue) - held
+    return item, held
