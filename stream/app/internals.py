@@ -63,6 +63,8 @@ RELIED_ON: Final[dict[str, str]] = {
     "_batches": "aiokafka MessageAccumulator: read, batches not yet sent (producer)",
     "_partitioner": "aiokafka AIOKafkaProducer: called, Java's partitioner (producer)",
     "_wait_on_metadata": "aiokafka AIOKafkaProducer: called, a topic's partitions (producer)",
+    # aiokafka's fetcher: a changelog's records as read
+    "_consumer_record": "aiokafka PartitionRecords: replaced for a changelog (restore)",
     # faust's RocksDB store and table
     "_db_for_partition": "faust rocksdb Store: called, one partition's database (table, restore)",
     "_dbs": "faust rocksdb Store: the open databases (table)",
@@ -70,9 +72,10 @@ RELIED_ON: Final[dict[str, str]] = {
     "_new_changelog_topic": "faust Collection: called, a changelog topic with our settings (table)",
 }
 
-# Module-level names replaced at start-up (``stream.app.inflate.install``).
+# Module-level names replaced at start-up (``stream.app.inflate.install``,
+# ``stream.app.restore.install``).
 PATCHED: Final[dict[str, tuple[str, ...]]] = {
-    "aiokafka.consumer.fetcher": ("MemoryRecords",),
+    "aiokafka.consumer.fetcher": ("MemoryRecords", "PartitionRecords"),
     "aiokafka.record._crecords.default_records": (
         "gzip_decode",
         "snappy_decode",

@@ -18,18 +18,31 @@ record — it notes the partition as heard from, ends the restore once no active
 has records left, and marks standbys ready once they are caught up. Records of a
 partition recovery does not hold (revoked meanwhile) are left, as Faust leaves them.
 
+The writes run on a thread of their own (RocksDB lets go of the GIL while it writes), in
+the order they were taken, up to ``IN_FLIGHT`` at a time: the drain loop goes on to the
+next partition's records and the next fetch meanwhile, and a fetch's write took as long
+as the Python work on it (docs/notes/021). Recovery's offset moves, and its loop is
+handed the event, only once the write is done: the restore never ends, and a standby is
+never ready, ahead of its rows. A revocation waits for the writes in flight, so Faust
+reads each partition's persisted offset (and reopens its database) after the last.
+
 Progress is logged every ``PROGRESS_EVERY`` seconds while a restore runs (records
 written, records left for active partitions, the rate), and the metrics' restore gauges
 (``stream_restore_remaining_records``, ``stream_recovering``) are set every second.
 """
 
 import asyncio
+import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any
 
+from aiokafka.consumer import fetcher  # type: ignore[import-untyped]
+from aiokafka.structs import ConsumerRecord  # type: ignore[import-untyped]
 from rocksdict import WriteBatch
 
 from stream.app.table import SessionTable
@@ -38,6 +51,9 @@ log = logging.getLogger("stream.restore")
 
 PROGRESS_EVERY = 5.0  # seconds between progress lines
 OBSERVE_EVERY = 1.0  # seconds between updates of the restore gauges
+# Writes taken and not yet done: two fetches of six partitions (1 MiB each at most), so
+# the writes of one fetch go on while the next is read, and memory stays bounded.
+IN_FLIGHT = 12
 
 
 def write_batch(records: Sequence[Any], after: int | None) -> tuple[WriteBatch | None, int, int]:
@@ -45,23 +61,62 @@ def write_batch(records: Sequence[Any], after: int | None) -> tuple[WriteBatch |
     ``after`` as one raw write batch: a value is the row, None its removal (a tombstone).
     Returns the batch (None when no record is past ``after``), the last offset in it and
     how many records it holds."""
-    batch: WriteBatch | None = None
     last = -1 if after is None else after
-    count = 0
+    if not records or records[-1].offset <= last:
+        return None, last, 0
+    if records[0].offset <= last:  # recovery holds some already (a record fetched again)
+        records = [record for record in records if record.offset > last]
+    batch = WriteBatch(raw_mode=True)
+    put, delete = batch.put, batch.delete
     for record in records:
-        offset = record.offset
-        if offset <= last:
-            continue  # recovery holds it already (a record fetched again)
-        if batch is None:
-            batch = WriteBatch(raw_mode=True)
         value = record.value
         if value is None:
-            batch.delete(record.key)
+            delete(record.key)
         else:
-            batch.put(record.key, value)
-        last = offset
-        count += 1
-    return batch, last, count
+            put(record.key, value)
+    return batch, records[-1].offset, len(records)
+
+
+def _as_read(tp: Any, record: Any) -> Any:
+    return record
+
+
+class ChangelogRecords(fetcher.PartitionRecords):  # type: ignore[misc]
+    """aiokafka's records of one partition's part of a fetch response. A changelog's come
+    as read (``offset``, ``key``, ``value``: all a write needs), not each made a
+    ``ConsumerRecord``, which took longer than reading and writing the record together
+    (docs/notes/021); every other topic's are aiokafka's own."""
+
+    topics: frozenset[str] = frozenset()  # the changelogs restored in bulk (``install``)
+
+    def __init__(self, tp: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(tp, *args, **kwargs)
+        if tp.topic in self.topics:  # decided once, here: no cost per record elsewhere
+            self._consumer_record = _as_read
+
+
+def as_consumer_record(tp: Any, record: Any) -> Any:
+    """A record as read (``ChangelogRecords``) as aiokafka's ``ConsumerRecord``."""
+    if isinstance(record, ConsumerRecord):
+        return record
+    key, value = record.key, record.value
+    return ConsumerRecord(
+        tp.topic,
+        tp.partition,
+        record.offset,
+        record.timestamp,
+        record.timestamp_type,
+        key,
+        value,
+        record.checksum,
+        -1 if key is None else len(key),
+        -1 if value is None else len(value),
+        tuple(record.headers),
+    )
+
+
+def _nothing() -> None:
+    """A write of no rows: keeps a nudge in its place among the writes."""
 
 
 class BulkRestore:
@@ -78,39 +133,115 @@ class BulkRestore:
         self.total = 0  # records written by this process
         # -inf: the first write begins a restore, and sets the gauges at once
         self._since = self._observed = float("-inf")
+        # One thread: a partition's writes land in the order they were taken.
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="restore")
+        self._writes_in_flight: deque[asyncio.Future[None]] = deque()
+        self._queued_to: dict[Any, int] = {}  # partition -> the last offset handed to a write
+        self.failed: BaseException | None = None  # a write that failed: the restore stops
 
     async def take(self, tp: Any, records: Sequence[Any], to_message: Any) -> None:
         """One fetch's ``records`` of changelog partition ``tp`` (``to_message``: the
-        consumer's, a record as Faust's message, for the one event recovery is handed)."""
+        consumer's, a record as Faust's message, for the one event recovery is handed).
+        Returns once the write is under way; at most ``IN_FLIGHT`` are."""
+        if self.failed is not None:
+            raise self.failed
         if not records:
             return
         recovery = self.app.tables.recovery
         if tp in recovery.active_tps:
-            offsets = recovery.active_offsets
+            active, offsets = True, recovery.active_offsets
         elif tp in recovery.standby_tps:
-            offsets = recovery.standby_offsets
+            active, offsets = False, recovery.standby_offsets
         else:
             return  # no longer ours: recovery would not apply it either
-        batch, last, written = write_batch(records, offsets.get(tp))
+        held, queued = offsets.get(tp), self._queued_to.get(tp)
+        after = held if queued is None or (held is not None and held > queued) else queued
+        batch, last, written = write_batch(records, after)
+        events = await self.events(tp, to_message(tp, as_consumer_record(tp, records[-1])))
+        job: Callable[[], None] = _nothing
+        reached: int | None = None  # the offset recovery holds once the write is done
         if batch is not None:
             store = self.table.table.data
             batch.put(store.offset_key, str(last).encode())  # Faust's persisted offset
-            store._db_for_partition(tp.partition).write(batch)
-            offsets[tp] = last
-            self.count(written, recovery)
-        await self.nudge(tp, to_message(tp, records[-1]))
+            job = functools.partial(store._db_for_partition(tp.partition).write, batch)
+            self._queued_to[tp] = reached = last
+        done = asyncio.get_running_loop().run_in_executor(self._write_thread, job)
+        # Done callbacks run in the order the writes end, which is the order taken.
+        done.add_done_callback(
+            functools.partial(self._written, tp, active, reached, written, events)
+        )
+        self._writes_in_flight.append(done)
+        await self._settle(IN_FLIGHT)
 
-    async def nudge(self, tp: Any, message: Any) -> None:
-        """Recovery's loop, handed the fetch's last record as an event: it notes ``tp`` as
-        heard from and ends the restore, or marks standbys ready, when due."""
+    async def events(self, tp: Any, message: Any) -> list[Any]:
+        """The fetch's last record as the event each of recovery's channels takes."""
         channels = self.app.topics._tp_index.get(tp) or ()
+        return [await channel.decode(message, propagate=False) for channel in channels]
+
+    def _written(
+        self,
+        tp: Any,
+        active: bool,
+        last: int | None,
+        written: int,
+        events: list[Any],
+        done: "asyncio.Future[None]",
+    ) -> None:
+        """A write is done (on the loop, in order): recovery's offset moves to its last
+        record, and recovery's loop is handed the event; unless the partition moved
+        meanwhile (the revocation waited for this write, and Faust reads its offset anew)."""
+        error = None if done.cancelled() else done.exception()
+        if done.cancelled() or error is not None:
+            if error is not None and self.failed is None:
+                self.failed = error
+                log.error("restore: a write to the table failed: %r", error)
+                # No later fetch may come to raise it: the worker stops, as Faust's does
+                # when the drain loop raises.
+                self.app.add_future(self.app.crash(error))
+            return
+        recovery = self.app.tables.recovery
+        if tp not in (recovery.active_tps if active else recovery.standby_tps):
+            return
+        if last is not None:
+            offsets = recovery.active_offsets if active else recovery.standby_offsets
+            held = offsets.get(tp)
+            if held is None or held < last:
+                offsets[tp] = last
+            self.count(written, recovery)
+        self.nudge(events)
+
+    def nudge(self, events: list[Any]) -> None:
+        """Recovery's loop, handed the fetch's last record as an event: it notes its
+        partition as heard from and ends the restore, or marks standbys ready, when due."""
         queue = self.app.tables.changelog_queue
-        for channel in channels:
-            event = await channel.decode(message, propagate=False)
+        for event in events:
             # Never waits, as Faust's conductor never does: a full queue holds nudges
             # enough, and recovery's loop looks again after 5 s of nothing in any case.
             with suppress(asyncio.QueueFull):
                 queue.put_nowait(event)
+
+    async def _settle(self, limit: int) -> None:
+        """Until at most ``limit`` writes are in flight; raises a write's failure."""
+        in_flight = self._writes_in_flight
+        while in_flight and (len(in_flight) > limit or in_flight[0].done()):
+            first = in_flight[0]
+            if not first.done():
+                await asyncio.wait([first])
+            if in_flight and in_flight[0] is first:  # a revocation may have settled it
+                in_flight.popleft()
+        if self.failed is not None:
+            raise self.failed
+
+    async def drained(self) -> None:
+        """Every write taken is done, and its offset is recovery's."""
+        await self._settle(0)
+
+    async def on_revoked(self, sender: Any, revoked: Any = None, **kwargs: Any) -> None:
+        """Partitions are revoked: the writes in flight end first (Faust then reads the
+        persisted offsets, and reopens the databases, of the next assignment)."""
+        with suppress(Exception):  # a failed write is the restore's to report
+            await self.drained()
+        self._queued_to.clear()  # recovery's offsets are read from the stores again
 
     def count(self, written: int, recovery: Any) -> None:
         now = time.monotonic()
@@ -140,7 +271,10 @@ def install(
     ``observe`` is given Faust's recovery while it runs (the restore gauges)."""
     restore = BulkRestore(app, table, observe)
     app.transport.changelogs = {table.changelog: restore}
+    ChangelogRecords.topics = frozenset(app.transport.changelogs)
+    fetcher.PartitionRecords = ChangelogRecords  # the fetcher builds them by this name
+    app.on_partitions_revoked.connect(restore.on_revoked)
     return restore
 
 
-__all__ = ["BulkRestore", "install", "write_batch"]
+__all__ = ["BulkRestore", "ChangelogRecords", "as_consumer_record", "install", "write_batch"]

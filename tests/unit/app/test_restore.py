@@ -79,6 +79,7 @@ def test_take_restores_a_fetch_and_moves_recovery(restored: Any) -> None:
         )
         await restore.take(standby, [record(1, 0, b"s3", b"r3")], to_message)
         await restore.take(revoked, [record(2, 0, b"s4", b"r4")], to_message)
+        await restore.drained()  # the writes run on a thread of their own
 
     app.loop.run_until_complete(fetches())  # the loop the app's objects are bound to
 
