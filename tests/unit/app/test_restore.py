@@ -10,7 +10,7 @@ from aiokafka.structs import ConsumerRecord  # type: ignore[import-untyped]
 from faust.types import TP, Message
 from rocksdict import Options, Rdict
 
-from stream.app.restore import BulkRestore, write_batch
+from stream.app.restore import install, write_batch
 from stream.app.table import SessionTable
 
 TOPIC = "restore-test-sessions-changelog"
@@ -57,7 +57,7 @@ def restored(tmp_path: Path) -> Any:
     app = faust.App("restore-test", store="rocksdb://", datadir=str(tmp_path), broker="kafka://x:1")
     table = SessionTable(app, partitions=3)
     assert table.changelog == TOPIC
-    return app, table, BulkRestore(app, table)
+    return app, table, install(app, table)  # as the worker has it: revocations wait for writes
 
 
 def test_take_restores_a_fetch_and_moves_recovery(restored: Any) -> None:
@@ -95,3 +95,76 @@ def test_take_restores_a_fetch_and_moves_recovery(restored: Any) -> None:
     queue = app.tables.changelog_queue
     offsets = [queue.get_nowait().message.offset for _ in range(queue.qsize())]
     assert offsets == [1, 2]
+
+
+def test_recovery_moves_only_once_the_write_is_done(restored: Any) -> None:
+    app, table, restore = restored
+    recovery = app.tables.recovery
+    active = TP(TOPIC, 0)
+    recovery.add_active(table.table, active)
+
+    async def fetch() -> tuple[Any, Any]:
+        await restore.take(active, [record(0, 0, b"s1", b"r1")], to_message)
+        before = recovery.active_offsets.get(active)  # the loop has not turned since
+        await app.on_partitions_revoked.send(set())  # a revocation waits for the write
+        return before, recovery.active_offsets.get(active)
+
+    before, after = app.loop.run_until_complete(fetch())
+    assert (before, after) == (None, 0)
+    assert table.load(b"s1", 0) == b"r1"
+
+
+def test_a_failed_write_stops_the_restore(restored: Any) -> None:
+    app, table, restore = restored
+    recovery = app.tables.recovery
+    active = TP(TOPIC, 0)
+    recovery.add_active(table.table, active)
+    table.table.data._db_for_partition(0).close()  # the disk under it gone, say
+
+    async def fetches() -> None:
+        await restore.take(active, [record(0, 0, b"s1", b"r1")], to_message)
+        await restore.drained()
+
+    with pytest.raises(Exception, match="closed"):
+        app.loop.run_until_complete(fetches())
+    assert restore.failed is not None and recovery.active_offsets.get(active) is None
+    with pytest.raises(Exception, match="closed"):  # and every later fetch is refused
+        app.loop.run_until_complete(restore.take(active, [record(0, 1, b"s", b"r")], to_message))
+
+
+def uncompressed_batches(partition_records: list[list[tuple[bytes, bytes | None]]]) -> bytes:
+    """Record batches as a broker sends them, one per list, offsets from 0."""
+    import struct
+
+    from aiokafka.record.default_records import (  # type: ignore[import-untyped]
+        DefaultRecordBatchBuilder,
+    )
+
+    out, offset = bytearray(), 0
+    for rows in partition_records:
+        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+        for delta, (key, value) in enumerate(rows):
+            builder.append(delta, timestamp=1_000, key=key, value=value, headers=[])
+        built = bytearray(builder.build())
+        struct.pack_into(">q", built, 0, offset)  # the batch's base offset
+        offset += len(rows)
+        out += built
+    return bytes(out)
+
+
+def test_a_changelogs_records_come_as_read_and_others_as_consumer_records() -> None:
+    from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
+    from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
+
+    from stream.app.restore import ChangelogRecords, as_consumer_record
+
+    data = uncompressed_batches([[(b"a", b"1"), (b"b", None)], [(b"c", b"3")]])
+    ChangelogRecords.topics = frozenset({TOPIC})
+    changelog, other = TopicPartition(TOPIC, 2), TopicPartition("input", 2)
+    read = list(ChangelogRecords(changelog, MemoryRecords(data), [], 1, None, None, True, 0))
+    assert [(r.offset, r.key, r.value) for r in read] == [(1, b"b", None), (2, b"c", b"3")]
+    assert not isinstance(read[0], ConsumerRecord)  # no ConsumerRecord made per record
+    made = as_consumer_record(changelog, read[-1])  # the one the nudge takes
+    assert made == ConsumerRecord(TOPIC, 2, 2, 1_000, 0, b"c", b"3", None, 1, 1, ())
+    others = list(ChangelogRecords(other, MemoryRecords(data), [], 0, None, None, True, 0))
+    assert all(isinstance(r, ConsumerRecord) for r in others) and len(others) == 3
