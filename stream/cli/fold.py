@@ -10,8 +10,8 @@ from typing import Any
 from stream.cli.reach import LIMITS_ENV, environment
 from stream.config import Settings
 from stream.contract.jsontext import dumps
-from stream.logs.reader import log_files, read_logs
-from stream.session.offline import fold_lines
+from stream.logs.reader import log_files, text_lines, where
+from stream.session.offline import fold_text
 from stream.session.processor import SessionRecord, Tally, update
 
 
@@ -56,15 +56,16 @@ def run(args: argparse.Namespace) -> int:
     folds = Settings.from_env().limits.folds  # the worker's limits: the same outcomes
     records: dict[str, SessionRecord] = {}
     with _progress(args.paths) as bar:
-        for log in read_logs(args.paths):
-            record = records.get(log.session_id)
-            if record is None:
-                record = records[log.session_id] = SessionRecord.new(folds)
-            for bad in fold_lines(record, log.lines(), args.every_event):
-                if bad is None:
-                    out.write(dumps(update(log.session_id, record)) + b"\n")
-                else:
-                    print(f"stream fold: {log.where(bad)}", file=sys.stderr)
+        for path in log_files(args.paths):
+            with text_lines(path) as (session_id, lines):
+                record = records.get(session_id)
+                if record is None:
+                    record = records[session_id] = SessionRecord.new(folds)
+                for bad in fold_text(record, lines, args.every_event):
+                    if bad is None:
+                        out.write(dumps(update(session_id, record)) + b"\n")
+                    else:
+                        print(f"stream fold: {where(path, bad)}", file=sys.stderr)
             bar.advance(1)
     if not args.every_event:
         for session_id, record in records.items():

@@ -167,20 +167,30 @@ def expand(value: Any) -> list[Any]:
     return decoded.events() if type(decoded) is ChunkRun else [decoded]
 
 
+SKIPPED: Final[Any] = object()
+"""What ``read_line`` gives for a line that stands for no event: blank, or the header."""
+
+
+def read_line(number: int, line: bytes) -> Any:
+    """Line ``number`` of a log as read: a raw event object, a ``ChunkRun`` for a packed
+    row, a ``BadLine`` for a line that is not JSON or not a valid storage row, or
+    ``SKIPPED`` for a blank line or the header (line 1)."""
+    try:
+        value = decode_line(loads(line))
+    except Unreadable as error:
+        if line.strip():  # blank lines are skipped, only checked on failure
+            return BadLine(number, str(error))
+        return SKIPPED
+    if number == 1 and session_id_of(value) is not None:
+        return SKIPPED
+    return value
+
+
 def read_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
-    """A log's lines as ``(line number, value)``: a raw event object, a ``ChunkRun`` for a
-    packed row, or a ``BadLine`` for a line that is not JSON or not a valid storage row.
-    A header line (line 1) is left out; blank lines are skipped. Here, in the compiled
-    core, rather than in the reader: it runs once per line of every log."""
-    number = 0
-    for line in lines:
-        number += 1
-        try:
-            value = decode_line(loads(line))
-        except Unreadable as error:
-            if line.strip():  # blank lines are skipped, only checked on failure
-                yield number, BadLine(number, str(error))
-            continue
-        if number == 1 and session_id_of(value) is not None:
-            continue
-        yield number, value
+    """A log's lines as ``(line number, value)`` (``read_line``), skipped ones left out.
+    Here, in the compiled core, rather than in the reader: it runs once per line of every
+    log."""
+    for number, line in enumerate(lines, 1):
+        value = read_line(number, line)
+        if value is not SKIPPED:
+            yield number, value

@@ -227,6 +227,21 @@ def process_run(record: SessionRecord, seq0: int, count: int) -> Tally:
     """
     last = seq0 + count - 1
     seen = record.seen
+    # The common case, decided without the lists below (a run per few events of a log):
+    # every slot healthy and exactly at seq0 - 1, so each applies the whole run.
+    slots = record.slots.values()
+    common = len(slots) > 0
+    for slot in slots:
+        if slot.cursor != seq0 - 1 or slot.fault is not None or slot.rebuilding:
+            common = False
+            break
+    if common:
+        for slot in slots:
+            slot.state = slot.projection.passive(slot.state)
+            slot.cursor = last
+        if last > seen:
+            record.seen = last
+        return Tally(count)
     # Before committing: which slots take part (a rebuilding slot only from seq 0), and
     # from which seq on some slot applies the run (sequentially: the lowest cursor + 1).
     active = [(s, s.cursor, s.fault) for s in record.slots.values() if not s.rebuilding]

@@ -8,7 +8,7 @@ import pytest
 import zstandard
 
 from stream.contract.errors import BadLine
-from stream.contract.storage import ChunkRun
+from stream.contract.storage import ChunkRun, read_lines
 from stream.logs.reader import (
     LogError,
     SessionLog,
@@ -17,6 +17,7 @@ from stream.logs.reader import (
     log_files,
     open_log,
     read_logs,
+    text_lines,
 )
 from stream.testing import events as build
 
@@ -38,7 +39,10 @@ def write(path: Path, *lines: bytes, compress: bool = False) -> Path:
 
 def read(path: Path) -> tuple[str, list[tuple[int, Any]]]:
     log = open_log(path)
-    return log.session_id, list(log.lines())
+    read = log.session_id, list(log.lines())
+    with text_lines(path) as (session_id, lines):  # `stream fold`'s one open: the same
+        assert (session_id, list(read_lines(lines))) == read
+    return read
 
 
 # --- session ids --------------------------------------------------------------------------------
@@ -181,6 +185,26 @@ def test_a_truncated_zstd_file_fails_loudly_mid_read(tmp_path: Path) -> None:
     path.write_bytes(frame[: len(frame) // 2])
     with pytest.raises(LogError, match=r"s\.jsonl\.zstd"):
         list(open_log(path).lines())
+    with pytest.raises(LogError, match=r"s\.jsonl\.zstd"), text_lines(path) as (_, lines):
+        list(lines)
+
+
+def test_a_corrupt_zstd_file_is_a_log_error_read_once(tmp_path: Path) -> None:
+    path = write(tmp_path / "s.jsonl.zstd", b"this is not a zstd frame at all\n")
+    with pytest.raises(LogError, match=r"s\.jsonl\.zstd"), text_lines(path):
+        pass
+
+
+def test_reading_errors_in_a_log_opened_once_name_it_and_a_broken_pipe_stays_one(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "s.jsonl", line(user(0)))
+    with pytest.raises(LogError, match=r"s\.jsonl: Input/output error"), text_lines(path):
+        raise OSError(5, "Input/output error")
+    with pytest.raises(BrokenPipeError), text_lines(path):  # `stream fold ... | head`
+        raise BrokenPipeError
+    with pytest.raises(ValueError, match="not a read"), text_lines(path):
+        raise ValueError("not a read")
 
 
 # --- files and directories ----------------------------------------------------------------------
@@ -237,6 +261,8 @@ def test_an_unopenable_path_is_a_log_error(tmp_path: Path) -> None:
         open_log(directory)
     with pytest.raises(LogError, match=r"d\.jsonl"):
         list(SessionLog(directory, "d").lines())
+    with pytest.raises(LogError, match=r"d\.jsonl"), text_lines(directory):
+        pass
 
 
 def test_log_error_is_an_os_error() -> None:

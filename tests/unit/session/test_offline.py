@@ -13,10 +13,10 @@ from stream.config import Settings
 from stream.contract.errors import BadLine
 from stream.contract.events import read_event
 from stream.contract.storage import ChunkRun
-from stream.logs.reader import open_log
+from stream.logs.reader import open_log, text_lines
 from stream.projections.breakdown import CONTEXT_BREAKDOWN
 from stream.session.batch import Message, fold_batch
-from stream.session.offline import fold_lines
+from stream.session.offline import fold_lines, fold_text
 from stream.session.processor import (
     SessionRecord,
     Tally,
@@ -165,3 +165,38 @@ def test_gathered_runs_fold_and_count_like_events_one_by_one(
     assert [(s.cursor, s.fault, s.state) for s in gathered] == [
         (s.cursor, s.fault, s.state) for s in one_by_one
     ]
+
+
+EXAMPLES = sorted((Path(__file__).parents[3] / "docs" / "examples").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("every_event", [False, True])
+@pytest.mark.parametrize("tail", [b"", b"{torn\n\n[1]\n"])
+def test_a_log_folds_from_its_text_as_from_its_read_lines(
+    tmp_path: Path, every_event: bool, tail: bytes
+) -> None:
+    """``stream fold``'s path (``text_lines``, ``fold_text``) and the reader's lines
+    (``fold_lines``): the same records, bad lines and updates after every event."""
+    assert EXAMPLES
+    for example in EXAMPLES:
+        log = tmp_path / example.name
+        log.write_bytes(example.read_bytes() + tail)
+        opened = open_log(log)
+        by_lines = SessionRecord.new()
+        expected = [
+            update(opened.session_id, by_lines) if bad is None else bad
+            for bad in fold_lines(by_lines, opened.lines(), every_event)
+        ]
+        with text_lines(log) as (session_id, lines):
+            by_text = SessionRecord.new()
+            got = [
+                update(session_id, by_text) if bad is None else bad
+                for bad in fold_text(by_text, lines, every_event)
+            ]
+        assert session_id == opened.session_id
+        assert got == expected
+        assert update(session_id, by_text) == update(session_id, by_lines)
+        assert by_text.tally == by_lines.tally
+        assert [b.line for b in got if isinstance(b, BadLine)] == (
+            [b.line for b in expected if isinstance(b, BadLine)]
+        )
