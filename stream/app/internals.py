@@ -63,8 +63,11 @@ RELIED_ON: Final[dict[str, str]] = {
     "_batches": "aiokafka MessageAccumulator: read, batches not yet sent (producer)",
     "_partitioner": "aiokafka AIOKafkaProducer: called, Java's partitioner (producer)",
     "_wait_on_metadata": "aiokafka AIOKafkaProducer: called, a topic's partitions (producer)",
-    # aiokafka's fetcher: a changelog's records as read
-    "_consumer_record": "aiokafka PartitionRecords: replaced for a changelog (restore)",
+    # aiokafka's PartitionRecords: a changelog's part of a fetch handed over unread
+    "_records": "aiokafka PartitionRecords: read, the part's record batches (restore)",
+    "_records_iterator": "aiokafka PartitionRecords: replaced for a changelog (restore)",
+    "_check_crcs": "aiokafka PartitionRecords: read, check each batch's CRC (restore)",
+    "_isolation_level": "aiokafka PartitionRecords: read, read committed or not (restore)",
     # faust's RocksDB store and table
     "_db_for_partition": "faust rocksdb Store: called, one partition's database (table, restore)",
     "_dbs": "faust rocksdb Store: the open databases (table)",

@@ -33,15 +33,17 @@ written, records left for active partitions, the rate), and the metrics' restore
 
 import asyncio
 import functools
+import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka.consumer import fetcher  # type: ignore[import-untyped]
+from aiokafka.errors import CorruptRecordException  # type: ignore[import-untyped]
 from aiokafka.structs import ConsumerRecord  # type: ignore[import-untyped]
 from rocksdict import WriteBatch
 
@@ -56,47 +58,104 @@ OBSERVE_EVERY = 1.0  # seconds between updates of the restore gauges
 IN_FLIGHT = 12
 
 
-def write_batch(records: Sequence[Any], after: int | None) -> tuple[WriteBatch | None, int, int]:
-    """The rows of ``records`` (aiokafka's: ``offset``, ``key``, ``value``) past offset
-    ``after`` as one raw write batch: a value is the row, None its removal (a tombstone).
-    Returns the batch (None when no record is past ``after``), the last offset in it and
-    how many records it holds."""
+class Rows(NamedTuple):
+    """What ``write_batch`` made of a fetch's records."""
+
+    batch: WriteBatch | None  # None: no record past the offset held
+    last: int  # the offset of the last record in it (the one held, when none)
+    size: int  # the records in it
+    record: Any  # the last record in it (None when none)
+
+
+def write_batch(records: Iterable[Any], after: int | None) -> Rows:
+    """The rows of ``records`` (in offset order, each with ``offset``, ``key``, ``value``)
+    past offset ``after`` as one raw write batch: a value is the row, None its removal (a
+    tombstone)."""
     last = -1 if after is None else after
-    if not records or records[-1].offset <= last:
-        return None, last, 0
-    if records[0].offset <= last:  # recovery holds some already (a record fetched again)
-        records = [record for record in records if record.offset > last]
     batch = WriteBatch(raw_mode=True)
     put, delete = batch.put, batch.delete
+    count, taken = 0, None
     for record in records:
+        offset = record.offset
+        if offset <= last:
+            continue  # recovery holds it already (a record fetched again)
         value = record.value
         if value is None:
             delete(record.key)
         else:
             put(record.key, value)
-    return batch, records[-1].offset, len(records)
+        last, taken = offset, record
+        count += 1
+    return Rows(batch if count else None, last, count, taken)
 
 
-def _as_read(tp: Any, record: Any) -> Any:
-    return record
+class Fetched:
+    """A changelog partition's part of one fetch response, its records not read yet: the
+    fetcher asks for the next part as soon as it hands this one over, and the records are
+    read on the worker's loop while the next part is on its way (``ChangelogRecords``)."""
+
+    __slots__ = ("batches", "crcs", "first", "offset")
+
+    def __init__(self, batches: list[Any], first: int, crcs: bool) -> None:
+        self.batches = batches
+        self.first = first  # the fetch's offset: records before it were read already
+        self.crcs = crcs  # check each batch's CRC, as the consumer is set to
+        self.offset: int = batches[-1].next_offset - 1  # the last offset it covers
+
+    def __iter__(self) -> Iterator[Any]:
+        """Its records (``offset``, ``key``, ``value``), as aiokafka's ``PartitionRecords``
+        reads them: the CRC checked, control batches left out (the read-uncommitted
+        records; ``ChangelogRecords`` reads the others as aiokafka does)."""
+        first, crcs = self.first, self.crcs
+        for batch in self.batches:
+            if crcs and not batch.validate_crc():
+                raise CorruptRecordException(f"Invalid CRC - offset {batch.base_offset}")
+            if batch.is_control_batch:
+                continue
+            for record in batch:
+                if record.offset >= first:
+                    yield record
 
 
 class ChangelogRecords(fetcher.PartitionRecords):  # type: ignore[misc]
     """aiokafka's records of one partition's part of a fetch response. A changelog's come
-    as read (``offset``, ``key``, ``value``: all a write needs), not each made a
-    ``ConsumerRecord``, which took longer than reading and writing the record together
-    (docs/notes/021); every other topic's are aiokafka's own."""
+    as one ``Fetched``, unread: aiokafka reads every record into a ``ConsumerRecord`` on
+    its thread before it asks for more, which took longer than the write, and the next
+    fetch waited for it (docs/notes/021). Every other topic's, and a changelog's read
+    committed (transactions to leave out), are aiokafka's own."""
 
     topics: frozenset[str] = frozenset()  # the changelogs restored in bulk (``install``)
+    next_fetch_offset: int  # aiokafka's: where the partition's next fetch begins
 
     def __init__(self, tp: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(tp, *args, **kwargs)
-        if tp.topic in self.topics:  # decided once, here: no cost per record elsewhere
-            self._consumer_record = _as_read
+        if tp.topic in self.topics and self._isolation_level != fetcher.READ_COMMITTED:
+            self._records_iterator = self._unread()
+
+    def _unread(self) -> Iterator[Fetched]:
+        """The part's batches (their headers only) as one ``Fetched``; the position moves
+        past the last, as aiokafka's reading would have moved it."""
+        records, batches = self._records, []
+        while records.has_next():
+            batch = records.next_batch()
+            if batch is None:
+                break
+            batches.append(batch)
+        if batches:
+            first = self.next_fetch_offset
+            self.next_fetch_offset = max(first, batches[-1].next_offset)
+            yield Fetched(batches, first, self._check_crcs)
+
+
+def records_of(fetch: Sequence[Any]) -> Iterable[Any]:
+    """A partition's records of one fetch: as aiokafka read them, or a ``Fetched``'s."""
+    if fetch and isinstance(fetch[0], Fetched):
+        return itertools.chain.from_iterable(fetch)
+    return fetch
 
 
 def as_consumer_record(tp: Any, record: Any) -> Any:
-    """A record as read (``ChangelogRecords``) as aiokafka's ``ConsumerRecord``."""
+    """A record as read (``Fetched``) as aiokafka's ``ConsumerRecord``."""
     if isinstance(record, ConsumerRecord):
         return record
     key, value = record.key, record.value
@@ -113,10 +172,6 @@ def as_consumer_record(tp: Any, record: Any) -> Any:
         -1 if value is None else len(value),
         tuple(record.headers),
     )
-
-
-def _nothing() -> None:
-    """A write of no rows: keeps a nudge in its place among the writes."""
 
 
 class BulkRestore:
@@ -156,19 +211,18 @@ class BulkRestore:
             return  # no longer ours: recovery would not apply it either
         held, queued = offsets.get(tp), self._queued_to.get(tp)
         after = held if queued is None or (held is not None and held > queued) else queued
-        batch, last, written = write_batch(records, after)
-        events = await self.events(tp, to_message(tp, as_consumer_record(tp, records[-1])))
-        job: Callable[[], None] = _nothing
-        reached: int | None = None  # the offset recovery holds once the write is done
-        if batch is not None:
-            store = self.table.table.data
-            batch.put(store.offset_key, str(last).encode())  # Faust's persisted offset
-            job = functools.partial(store._db_for_partition(tp.partition).write, batch)
-            self._queued_to[tp] = reached = last
-        done = asyncio.get_running_loop().run_in_executor(self._write_thread, job)
+        rows = write_batch(records_of(records), after)
+        if rows.batch is None:
+            return  # held already, every record: nothing to write, nor news for recovery
+        events = await self.events(tp, to_message(tp, as_consumer_record(tp, rows.record)))
+        store = self.table.table.data
+        rows.batch.put(store.offset_key, str(rows.last).encode())  # Faust's persisted offset
+        write = functools.partial(store._db_for_partition(tp.partition).write, rows.batch)
+        self._queued_to[tp] = rows.last
+        done = asyncio.get_running_loop().run_in_executor(self._write_thread, write)
         # Done callbacks run in the order the writes end, which is the order taken.
         done.add_done_callback(
-            functools.partial(self._written, tp, active, reached, written, events)
+            functools.partial(self._written, tp, active, rows.last, rows.size, events)
         )
         self._writes_in_flight.append(done)
         await self._settle(IN_FLIGHT)
@@ -182,7 +236,7 @@ class BulkRestore:
         self,
         tp: Any,
         active: bool,
-        last: int | None,
+        last: int,
         written: int,
         events: list[Any],
         done: "asyncio.Future[None]",
@@ -202,12 +256,11 @@ class BulkRestore:
         recovery = self.app.tables.recovery
         if tp not in (recovery.active_tps if active else recovery.standby_tps):
             return
-        if last is not None:
-            offsets = recovery.active_offsets if active else recovery.standby_offsets
-            held = offsets.get(tp)
-            if held is None or held < last:
-                offsets[tp] = last
-            self.count(written, recovery)
+        offsets = recovery.active_offsets if active else recovery.standby_offsets
+        held = offsets.get(tp)
+        if held is None or held < last:
+            offsets[tp] = last
+        self.count(written, recovery)
         self.nudge(events)
 
     def nudge(self, events: list[Any]) -> None:

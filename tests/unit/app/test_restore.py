@@ -35,8 +35,8 @@ def test_write_batch_writes_rows_and_removals_past_the_held_offset(tmp_path: Pat
         record(0, 7, b"b", b"row b2"),  # the later row of a key wins
         record(0, 8, b"gone", None),  # a tombstone removes the row
     ]
-    batch, last, count = write_batch(records, 4)
-    assert batch is not None and (last, count) == (8, 4)
+    batch, last, size, taken = write_batch(records, 4)
+    assert batch is not None and (last, size, taken) == (8, 4, records[-1])
     db.write(batch)
     assert (db.get(b"a"), db.get(b"b"), db.get(b"gone"), db.get(b"held")) == (
         b"row a",
@@ -48,8 +48,8 @@ def test_write_batch_writes_rows_and_removals_past_the_held_offset(tmp_path: Pat
 
 
 def test_write_batch_of_records_held_already_is_none() -> None:
-    assert write_batch([record(0, 3, b"a", b"x")], 3) == (None, 3, 0)
-    assert write_batch([], None) == (None, -1, 0)
+    assert write_batch([record(0, 3, b"a", b"x")], 3) == (None, 3, 0, None)
+    assert write_batch([], None) == (None, -1, 0, None)
 
 
 @pytest.fixture
@@ -152,19 +152,39 @@ def uncompressed_batches(partition_records: list[list[tuple[bytes, bytes | None]
     return bytes(out)
 
 
-def test_a_changelogs_records_come_as_read_and_others_as_consumer_records() -> None:
+def test_a_changelogs_part_of_a_fetch_comes_unread_and_others_as_consumer_records() -> None:
     from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
     from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-    from stream.app.restore import ChangelogRecords, as_consumer_record
+    from stream.app.restore import ChangelogRecords, Fetched, as_consumer_record, records_of
 
     data = uncompressed_batches([[(b"a", b"1"), (b"b", None)], [(b"c", b"3")]])
     ChangelogRecords.topics = frozenset({TOPIC})
     changelog, other = TopicPartition(TOPIC, 2), TopicPartition("input", 2)
-    read = list(ChangelogRecords(changelog, MemoryRecords(data), [], 1, None, None, True, 0))
+    # Fetched from offset 1: the broker sends the whole batch that holds it.
+    part = ChangelogRecords(changelog, MemoryRecords(data), [], 1, None, None, True, 0)
+    handed = list(part)
+    assert len(handed) == 1 and isinstance(handed[0], Fetched)  # one, read later
+    assert part.next_fetch_offset == 3 and handed[0].offset == 2  # the position moved on
+    read = list(records_of(handed))
     assert [(r.offset, r.key, r.value) for r in read] == [(1, b"b", None), (2, b"c", b"3")]
-    assert not isinstance(read[0], ConsumerRecord)  # no ConsumerRecord made per record
-    made = as_consumer_record(changelog, read[-1])  # the one the nudge takes
+    made = as_consumer_record(changelog, read[-1])  # the one recovery's nudge takes
     assert made == ConsumerRecord(TOPIC, 2, 2, 1_000, 0, b"c", b"3", None, 1, 1, ())
     others = list(ChangelogRecords(other, MemoryRecords(data), [], 0, None, None, True, 0))
     assert all(isinstance(r, ConsumerRecord) for r in others) and len(others) == 3
+
+
+def test_a_corrupt_batch_of_a_changelog_is_refused_when_read() -> None:
+    from aiokafka.errors import CorruptRecordException  # type: ignore[import-untyped]
+    from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
+    from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
+
+    from stream.app.restore import ChangelogRecords, records_of
+
+    data = bytearray(uncompressed_batches([[(b"a", b"row")]]))
+    data[-4] ^= 0xFF  # a bit of the row's bytes flipped on the way
+    ChangelogRecords.topics = frozenset({TOPIC})
+    tp = TopicPartition(TOPIC, 0)
+    part = ChangelogRecords(tp, MemoryRecords(bytes(data)), [], 0, None, None, True, 0)
+    with pytest.raises(CorruptRecordException):
+        list(records_of(list(part)))
