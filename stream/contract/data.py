@@ -4,7 +4,7 @@ Each reader validates exactly what it returns and raises ``ContractError`` other
 projection that reads a field is the one that faults on it.
 """
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from stream.contract.errors import ContractError
 from stream.contract.events import Event, as_count
@@ -52,7 +52,7 @@ def _object(where: str, value: Any) -> dict[str, Any]:
 # tuple.__new__ builds a NamedTuple without its Python-level ``__new__`` (which compiled
 # code calls like any Python function): the same value, in well under half the time, for
 # the state built once per event.
-_new = tuple.__new__
+_new: Final = tuple.__new__
 
 
 def read_usage(raw: Any) -> Usage | None:

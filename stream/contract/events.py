@@ -129,7 +129,7 @@ def read_event(raw: Any) -> Event:
     return _read_event_slowly(raw)
 
 
-_new = tuple.__new__
+_new: Final = tuple.__new__
 
 
 def _read_event_slowly(raw: dict[str, Any]) -> Event:

@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -43,6 +43,10 @@ def _parse_int(text: str) -> int | float:
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
+
+# Bound once: compiled code would look each up on the module at every call.
+_orjson_loads: Final = orjson.loads
+_orjson_dumps: Final = orjson.dumps
 
 _fallback = json.JSONDecoder(parse_int=_parse_int, parse_constant=_reject_constant)
 
@@ -141,7 +145,7 @@ def loads(text: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     if might_nest(text, max_depth) and text_depth(text) > max_depth:
         raise Unreadable(TOO_DEEP)
     try:
-        return orjson.loads(text)
+        return _orjson_loads(text)
     except orjson.JSONDecodeError as fast_error:
         try:
             with _headroom():
@@ -184,6 +188,6 @@ def _slow_dumps(value: Any) -> str:
 def dumps(value: Any) -> bytes:
     """Serialise a value ``loads`` produced so that ``JSON.parse`` reads back the same value."""
     try:
-        return orjson.dumps(value)
+        return _orjson_dumps(value)
     except (TypeError, orjson.JSONEncodeError):  # lone surrogates, ints past 64 bits, ±inf
         return _slow_dumps(value).encode()

@@ -8,9 +8,10 @@ integers beyond 2^53 lose precision first, lone surrogates are escaped as ``\\ud
 We only ever need lengths, so key order (JS hoists integer-like keys) does not matter.
 """
 
+import codecs
 import re
 from json.encoder import encode_basestring  # C-accelerated; escapes like JS for lengths
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -20,11 +21,17 @@ _MAX_SAFE = 2**53
 _SURROGATE = re.compile(r"[\ud800-\udfff]")  # re reads the escapes (mypyc takes no raw surrogates)
 
 
+# The codec's own function: ``str.encode`` looks the codec up by name at every call.
+_utf16: Final = codecs.utf_16_le_encode
+_dumps: Final = orjson.dumps
+
+
 def utf16_len(text: str) -> int:
     """JS ``text.length``."""
     if text.isascii():
         return len(text)
-    return len(text.encode("utf-16-le", "surrogatepass")) >> 1
+    encoded: bytes = _utf16(text, "surrogatepass")[0]
+    return len(encoded) >> 1
 
 
 def json_string_len(text: str) -> int:
@@ -152,7 +159,7 @@ def json_len(value: Any) -> int:
     if kind is not dict and kind is not list:
         return _scalar_len(value)
     try:
-        length = compact_json_len(orjson.dumps(value))
+        length = compact_json_len(_dumps(value))
     except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers beyond 64 bits
         length = None
     if length is not None:

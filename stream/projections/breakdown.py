@@ -8,7 +8,7 @@ retained prompts the metering event shadows. Checkpoint size follows the number 
 retained prompts, never the number of messages.
 """
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from stream.contract.data import envelope, metering, shadowed_seqs
 from stream.contract.errors import ContractError
@@ -30,7 +30,7 @@ class BreakdownClaim(NamedTuple):
 # tuple.__new__ builds a NamedTuple without its Python-level ``__new__`` (which compiled
 # code calls like any Python function): the same value, in well under half the time, for
 # the state built once per event.
-_new = tuple.__new__
+_new: Final = tuple.__new__
 
 
 class BreakdownState(NamedTuple):

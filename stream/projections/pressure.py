@@ -9,7 +9,7 @@ the surface's signed movement since. The sample is stamped before the same event
 delta, so an ``assistant/message`` anchors against the surface its own request saw.
 """
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from stream.contract.data import context_window, metering, usage_sample
 from stream.contract.errors import ContractError
@@ -20,7 +20,7 @@ from stream.projections.claim import Claim, surface_delta, surface_price
 # tuple.__new__ builds a NamedTuple without its Python-level ``__new__`` (which compiled
 # code calls like any Python function): the same value, in well under half the time, for
 # the state built once per event.
-_new = tuple.__new__
+_new: Final = tuple.__new__
 
 
 class PressureState(NamedTuple):

@@ -6,7 +6,7 @@ adding to it. One ``last`` slot suffices because a legal log reports one step's 
 adjacent samples: once a later step reports, an earlier one never does again.
 """
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from stream.contract.data import Usage, usage_sample
 from stream.contract.errors import ContractError
@@ -20,7 +20,7 @@ VIEW_NAMES = ("uncachedInputTokens", "outputTokens", "cacheReadTokens", "cacheWr
 # tuple.__new__ builds a NamedTuple without its Python-level ``__new__`` (which compiled
 # code calls like any Python function): the same value, in well under half the time, for
 # the state built once per event.
-_new = tuple.__new__
+_new: Final = tuple.__new__
 
 
 class UsageState(NamedTuple):
