@@ -9,10 +9,9 @@ groups by part; ``from_env`` reads them all, then checks what spans several.
 import os
 import re
 import socket
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stream.environment import (
     BATCHES,
@@ -36,8 +35,12 @@ from stream.environment import (
     upper,
 )
 from stream.environment import ConfigError as ConfigError
-from stream.output.layout import RedisLayout
 from stream.session.limits import Limits
+
+if TYPE_CHECKING:  # imported where used: `stream fold` needs neither (~10 ms of start-up)
+    import ssl
+
+    from stream.output.layout import RedisLayout
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,9 @@ class KafkaSecurity:
     def uses_sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
 
-    def ssl_context(self) -> ssl.SSLContext:
+    def ssl_context(self) -> "ssl.SSLContext":
+        import ssl
+
         context = ssl.create_default_context(cafile=self.ssl_cafile)
         if self.ssl_certfile:
             context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
@@ -556,7 +561,9 @@ class Settings:
         return options
 
     @property
-    def redis_layout(self) -> RedisLayout:
+    def redis_layout(self) -> "RedisLayout":
+        from stream.output.layout import RedisLayout
+
         return RedisLayout(self.redis_key_prefix, cluster=self.redis_cluster)
 
     @property
