@@ -160,6 +160,10 @@ class Load:
     linger_ms: float = 5.0  # librdkafka's default
     cursor: list[int] = field(default_factory=list)
     produced_at: dict[tuple[bytes, int], float] = field(default_factory=dict)
+    # The broker's own produce acknowledgement per message (librdkafka's time from
+    # ``produce()`` to the ack, linger included): the floor an update's latency is read
+    # against, taken in the same run on the same machine.
+    acks: list[float] = field(default_factory=list)
     next_session: int = 0
     total: int = 0
 
@@ -172,6 +176,7 @@ class Load:
                 "enable.idempotence": True,
                 "linger.ms": self.linger_ms,
                 "queue.buffering.max.messages": 1_000_000,
+                "on_delivery": self._delivered,
             }
         )
         # Encoded ahead of time: the pacing loop only produces. Sessions replaying the same
@@ -181,6 +186,11 @@ class Load:
             if id(events) not in shared:
                 shared[id(events)] = [(dumps(e), int(e["seq"])) for e in events]
         self.encoded = [shared[id(events)] for _, events in self.sessions]
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        took = message.latency()
+        if error is None and took is not None:
+            self.acks.append(took)
 
     def run(self, rate: float, seconds: float) -> tuple[int, float]:
         """Produce at ``rate`` messages/s for ``seconds``; returns (messages, seconds taken)."""

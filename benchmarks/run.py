@@ -70,6 +70,11 @@ from stream import native
 SECTIONS = ("calibrate", "drain", "live", "scale", "replay", "fold", "lifecycle")
 # The targets of the live sweep: p99 per fraction of our single-event drain rate.
 LIVE_TARGETS = {1 / 3: 0.2, 1 / 2: 0.5}
+# Live against the broker (issue 40): p50 and p99 as multiples of the produce-ack of the
+# same events in the same step, with everything on the shared cores at 6,000 events/s.
+ACK_TARGETS = (3.0, 1.5)
+# stream_record_age_seconds' steps, in order: where an update's latency goes.
+AGE_STEPS = ("fetched", "taken", "folded", "sent", "delivered", "cached", "acked")
 BATCH_STEPS = ("fold", "kafka", "redis")  # the worker's stream_batch_loop_cpu_seconds steps
 BUSY = 0.9  # cores: a worker behind its load that uses less is throttled, not busy
 # How far above the sweep's first drain a step's drain may set its rate: the corpus is
@@ -195,11 +200,23 @@ def live(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
                 return rate
 
         rows = []
-        for variant in plan.live_variants:
-            for run in range(1, plan.live_repeat + 1):
+        for run in range(1, plan.live_repeat + 1):  # variants alternate: an A/B in time
+            for variant in plan.live_variants:
                 swept = live_sweep(infra, work, plan, dict(variant), drain, placement)
                 rows += [{**row, "run": run} for row in swept]
     return rows
+
+
+def ack_verdict(row: dict[str, Any]) -> str:
+    """Our latency against the broker's produce-ack of the same events (issue target: p50
+    within ``ACK_TARGETS[0]``x and p99 within ``ACK_TARGETS[1]``x the ack's)."""
+    p50, p99 = row["lat_p50"] / row["ack_p50"], row["lat_p99"] / row["ack_p99"]
+    ok = p50 <= ACK_TARGETS[0] and p99 <= ACK_TARGETS[1]
+    return (
+        f"produce-ack p50 {row['ack_p50'] * 1000:.1f} ms, p99 {row['ack_p99'] * 1000:.1f} ms;"
+        f" ours {p50:.1f}x / {p99:.1f}x the ack (target <= {ACK_TARGETS[0]:g}x /"
+        f" {ACK_TARGETS[1]:g}x: {'met' if ok else 'MISSED'})"
+    )
 
 
 def _rate(events_per_s: float) -> int:
@@ -296,7 +313,9 @@ def live_sweep(
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
             other0 = {name: cpu_seconds(pid) for name, pid in others.items()}
             idle0, own_idle0 = idle_seconds(), idle_seconds(own)
+            acked = len(load.acks)
             sent, took = load.run(rate, plan.live_seconds)
+            ack = summary(load.acks[acked:])
             cpu = worker.cpu_seconds() - cpu0
             wall = time.monotonic() - t0
             idle = (idle_seconds() - idle0) / wall  # cores nobody used meanwhile
@@ -350,11 +369,16 @@ def live_sweep(
                 and (own_idle >= 1 - BUSY if placement is not None else idle >= 0.3),
                 **other,
                 **{f"lat_{k}": v for k, v in lat.items()},
+                # The broker's produce-ack of the same step's events: the floor read beside ours.
+                **{f"ack_{k}": v for k, v in ack.items()},
                 **_per_event(before, after, sent),
             }
             rows.append(row)
             log(
-                f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms,"
+                f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms"
+                f" (the broker's produce-ack p50 {ack['p50'] * 1000:.1f} ms,"
+                f" p99 {ack['p99'] * 1000:.1f} ms: {row['lat_p50'] / ack['p50']:.1f}× /"
+                f" {row['lat_p99'] / ack['p99']:.1f}×),"
                 f" worker {row['cpu']:.2f} cores, {regime(row, plan.live_sessions)},"
                 f" backlog {backlog:,} cleared in {cleared if cleared is not None else -1:.1f} s"
                 + (f" at {clearing:.2f} cores" if clearing is not None else "")
@@ -372,6 +396,11 @@ def live_sweep(
 
 def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[str, float]:
     requests = worker.requests()
+    page = worker.metrics()  # once: every figure of one moment
+
+    def metric(name: str) -> float:
+        return page.get(name, 0.0)
+
     redis_counts = infra.redis_counters()
     return {
         "produce_requests": requests.get("Produce", 0),
@@ -381,14 +410,17 @@ def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[s
         "redis_script_usec": redis_counts["script_usec"],
         "output_records": infra.end_offsets(scenario.output_topic),
         "changelog_records": infra.end_offsets(scenario.changelog_topic),
-        "batches": worker.metric("stream_batches_total"),
-        "fold_seconds": worker.metric("stream_fold_seconds_sum"),
-        "publish_seconds": worker.metric("stream_publish_seconds_sum"),
-        "redis_seconds": worker.metric("stream_redis_write_seconds_sum"),
+        "batches": metric("stream_batches_total"),
+        "fold_seconds": metric("stream_fold_seconds_sum"),
+        "publish_seconds": metric("stream_publish_seconds_sum"),
+        "redis_seconds": metric("stream_redis_write_seconds_sum"),
         **{
-            f"{step}_cpu_seconds": worker.metric(
-                f'stream_batch_loop_cpu_seconds_total{{step="{step}"}}'
-            )
+            f"age_{step}_{part}": metric(f'stream_record_age_seconds_{part}{{step="{step}"}}')
+            for step in AGE_STEPS
+            for part in ("sum", "count")
+        },
+        **{
+            f"{step}_cpu_seconds": metric(f'stream_batch_loop_cpu_seconds_total{{step="{step}"}}')
             for step in BATCH_STEPS
         },
     }
@@ -419,6 +451,16 @@ def _per_event(before: dict[str, float], after: dict[str, float], events: int) -
                 1e3 * d[f"{step}_cpu_seconds"] / d["batches"] if d["batches"] else 0.0
             )
             for step in BATCH_STEPS
+        },
+        # The mean age of a batch's middle record at each step (a fetch's, per partition):
+        # fetch wait, batch gathering, fold, sending, the broker's and Redis' answers.
+        **{
+            f"age_{step}_ms": (
+                1e3 * d[f"age_{step}_sum"] / d[f"age_{step}_count"]
+                if d[f"age_{step}_count"]
+                else float("nan")
+            )
+            for step in AGE_STEPS
         },
         # Redis' own time running the batches' scripts: the part of the Redis step that
         # is Redis at work (or waiting for a core), not the worker.
@@ -722,6 +764,8 @@ def render(result: dict[str, Any]) -> str:
             f" max {n(row['lat_max'] * 1000)} ms{verdict}; worker {row['cpu']:.2f} cores;"
             f" {n(row['events_per_batch'], 1)} events/batch",
         )
+        if row.get("ack_n"):
+            add("  broker", f"at {row['rate']:,}/s", ack_verdict(row))
         if row.get("events"):
             add("  regime", f"at {row['rate']:,}/s", regime(row, result["plan"]["live_sessions"]))
         cleared = row.get("clear_seconds")
@@ -774,6 +818,14 @@ def render(result: dict[str, Any]) -> str:
                 f" ({row.get('redis_cpu_ms_per_batch', 0.0):.1f}; Redis running the scripts"
                 f" {row.get('redis_script_ms_per_batch', 0.0):.1f}) ms;"
                 f" {n(row['batches'])} batches",
+            )
+        if row.get("age_acked_ms") is not None:
+            add(
+                "  where",
+                f"at {row['rate']:,}/s",
+                "mean age of a batch's records at each step: "
+                + ", ".join(f"{step} {n(row[f'age_{step}_ms'], 1)}" for step in AGE_STEPS)
+                + " ms",
             )
     for row in result.get("scale", []):
         add(
@@ -868,6 +920,14 @@ def main() -> None:
         help="live: only the default settings (kept for old command lines: the default)",
     )
     parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="K=V[,K=V]",
+        help="live: also sweep a worker with these settings (repeatable; an A/B in one run,"
+        " the default settings first)",
+    )
+    parser.add_argument(
         "--shared-cores",
         action="store_true",
         help="live: the worker shares every core with the load, broker and Redis",
@@ -883,6 +943,11 @@ def main() -> None:
         plan = Plan(**{**plan.__dict__, "live_rates": rates, "live_fractions": ()})
     if args.default_only:
         plan = Plan(**{**plan.__dict__, "live_variants": ((),)})
+    if args.variant:
+        extra = tuple(
+            tuple(tuple(kv.split("=", 1)) for kv in v.split(",") if kv) for v in args.variant
+        )
+        plan = Plan(**{**plan.__dict__, "live_variants": ((), *extra)})
     if args.shared_cores:
         plan = Plan(**{**plan.__dict__, "live_own_core": False})
     if args.live_repeat > 0:

@@ -74,6 +74,7 @@ class Flight:
 
     sent: "asyncio.Future[None]"  # its rows are in the store: the next batch may fold
     delivered: "asyncio.Future[None]"  # the broker confirmed its records
+    cached: "asyncio.Future[None]"  # its Redis write is done (or queued): the next may write
     after: "Flight | None"  # the batch before it, while this one has not sent
     done: "asyncio.Task[None]" = field(init=False)  # the commit, through the ack
 
@@ -90,7 +91,7 @@ class Committer:
         """``commit`` of ``batch`` as a task; ``after``: the batch before it, still landing
         (its delivery and its Redis write then overlap this batch's fold)."""
         loop = asyncio.get_running_loop()
-        flight = Flight(loop.create_future(), loop.create_future(), after)
+        flight = Flight(loop.create_future(), loop.create_future(), loop.create_future(), after)
         flight.done = asyncio.ensure_future(self.commit(batch, flight))
         self.last = flight
         return flight
@@ -105,16 +106,19 @@ class Committer:
         4. dead letters: what could not be read, with its reason;
         5. delivery: wait until the broker confirmed every record of 2-4 (re-sent with
            backoff; the batch is held, never committed past);
-        6. Redis: the updates in one round trip, guarded (queued while Redis is away);
-        7. offsets: the batch's events acked, so Faust's next commit may pass them.
+        6. Redis: meanwhile, the updates in one round trip, guarded (queued while Redis is
+           away): a reader sees an update one broker round trip sooner, and the guard
+           and the deterministic fold keep that safe (docs/notes/022);
+        7. offsets: once both 5 and 6 are done, the batch's events acked, so Faust's next
+           commit may pass them.
 
         With ``flight.after``, the batch before it, this one is folded while that one
         waits for the broker and Redis (``run``: when a whole batch is waiting behind it).
         The fold reads what that batch put in the store; this batch's rows and records
         follow once that batch's records are confirmed (a re-send of those must never
-        overtake these), and its Redis write and ack once that batch is done. ``flight``
-        says when this batch's rows are in (the next batch may fold) and when it is
-        delivered.
+        overtake these), its Redis write once that batch's is done, and its ack once
+        that batch is acked. ``flight`` says when this batch's rows are in (the next
+        batch may fold), when it is delivered and when it is in Redis.
 
         The agent's concurrency stays 1, so a commit never passes a message still being
         folded either (faust-streaming #606).
@@ -122,7 +126,7 @@ class Committer:
         try:
             await self._in_order(batch, flight)
         except BaseException as error:
-            for future in (flight.sent, flight.delivered):  # the batch after it stops too
+            for future in (flight.sent, flight.delivered, flight.cached):  # and the next
                 if not future.done():
                     future.set_exception(error)
                     future.exception()  # retrieved: the task's own error is the one raised
@@ -133,6 +137,8 @@ class Committer:
         stats = parts.stats
         after = flight.after
         cpu = time.thread_time  # the loop's thread: how much of a step was work, not waiting
+        stamp = batch[len(batch) // 2].timestamp  # the middle record's (stream_record_age)
+        stats.observe_age("taken", stamp)
         if after is not None:
             # The batch before it is sent: its records leave before this fold holds the
             # loop, so their round trip runs alongside the fold instead of after it.
@@ -145,6 +151,7 @@ class Committer:
                 table = parts.table
                 result = parts.fold(messages, table.load, parts.gate.limits, table.kept.recall)  # 1
             folded = cpu()
+            stats.observe_age("folded", stamp)
             publisher = parts.publisher()
             if after is not None:
                 await after.delivered
@@ -158,25 +165,44 @@ class Committer:
             flight.sent.set_result(None)
             flight.after = None  # what ``landed`` follows only while a batch has not sent
         sent = cpu()
-        await sending.confirmed  # 5
-        flight.delivered.set_result(None)
-        delivered = cpu()
-        if after is not None:
-            await after.done  # its Redis write and its ack go first
-        with stats.redis_seconds.time():
-            await publisher.cache(sending)  # 6
+        stats.observe_age("sent", stamp)
+        await asyncio.gather(
+            self._delivered(sending, flight, stamp),
+            self._redis_write(sending, flight, after, stamp),
+        )
         stats.publish_seconds.observe(time.perf_counter() - publishing)
-        cached = cpu()
+        landed = cpu()
+        if after is not None:
+            await after.done  # acked in order
         parts.committed(messages, result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack
             stats.observe_batch(messages, result, batch[-1].timestamp)
             if after is None:
-                stats.observe_loop_cpu(folded - started, delivered - folded, cached - delivered)
+                stats.observe_loop_cpu(folded - started, sent - folded, landed - sent)
             else:  # its waits overlapped other batches' work: only its own steps count
                 stats.observe_loop_cpu(folded - started, sent - folded, None)
         except Exception:
             log.exception("metrics of a batch not recorded")
         parts.ack(batch)  # 7
+        stats.observe_age("acked", stamp)
+
+    async def _delivered(self, sending: Sending, flight: Flight, stamp: float | None) -> None:
+        await sending.confirmed  # 5
+        self.parts.stats.observe_age("delivered", stamp)
+        if not flight.delivered.done():  # done: the batch failed meanwhile (Redis)
+            flight.delivered.set_result(None)
+
+    async def _redis_write(
+        self, sending: Sending, flight: Flight, after: Flight | None, stamp: float | None
+    ) -> None:
+        if after is not None:
+            await after.cached  # Redis writes in batch order
+        stats = self.parts.stats
+        with stats.redis_seconds.time():
+            await self.parts.publisher().cache(sending)  # 6
+        stats.observe_age("cached", stamp)
+        if not flight.cached.done():  # done: the batch failed meanwhile (its delivery)
+            flight.cached.set_result(None)
 
     async def landed(self) -> None:
         """With the lock held: wait until every batch folded so far is acked (its waits

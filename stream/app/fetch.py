@@ -28,6 +28,7 @@ in ``stream.app.internals`` and checked against the installed versions.
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -297,6 +298,13 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         without touching the read offsets: the consumer fetches them again from where the
         rebalance or the seek put it (a read offset set after the seek would skip them).
         """
+        observe: Callable[[float], None] | None = getattr(self.transport, "record_age", None)
+        if observe is not None:  # each partition's middle record (stream_record_age_seconds)
+            now = time.time()
+            for _, messages in parts:
+                stamp = messages[len(messages) // 2].timestamp if messages else None
+                if stamp:
+                    observe(max(0.0, now - stamp))
         handed = await self._handed_over(parts, epoch)
         if handed < len(parts):
             self._holes.drop(parts[handed:])  # fetched again: a rebalance or a seek came first
@@ -470,6 +478,8 @@ class BulkTransport(faust_aiokafka.Transport):
     bulk_topics: frozenset[str] = frozenset()
     bulk_bytes: int | None = None  # input bytes handed over and not yet in a batch (install)
     fetch_max_wait_ms: int | None = None
+    # Each fetch's records' age as they are handed over (``worker.assemble``: the metric).
+    record_age: Callable[[float], None] | None = None
 
 
 def install(
@@ -477,7 +487,7 @@ def install(
     topics: Iterable[str],
     fetch_max_wait: float | None = None,
     max_buffered_bytes: int | None = None,
-) -> None:
+) -> BulkTransport:
     """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
     backoff clients, and aiokafka's repeated log lines rate-limited.
 
@@ -497,6 +507,7 @@ def install(
         transport.fetch_max_wait_ms = max(1, round(fetch_max_wait * 1000))
     app.transport = transport
     quiet_aiokafka()
+    return transport
 
 
 __all__ = ["BackoffConsumerThread", "BulkConsumer", "BulkTransport", "Holes", "install"]

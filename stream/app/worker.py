@@ -324,12 +324,15 @@ def assemble(
     """
     partitions = partitions or settings.partitions
     app = faust_app(settings, partitions)  # 1
-    fetch.install(app, [settings.input_topic], settings.fetch_max_wait, settings.max_buffered_bytes)
+    transport = fetch.install(
+        app, [settings.input_topic], settings.fetch_max_wait, settings.max_buffered_bytes
+    )
     inflate.install(inflate.Bounds(settings.max_inflated_bytes, settings.max_inflated_bytes))
     source = app.topic(settings.input_topic, partitions=partitions, **RAW)  # 2
     table = SessionTable(app, partitions, settings.rocksdb_write_buffer, settings.keep_records)
     outbox = Outbox(BatchSender(app), table, settings.output_topic, settings.dlq_topic)  # 3
     stats = metrics.Metrics.create(settings)  # 4
+    transport.record_age = stats.record_age.labels("fetched").observe
     restore.install(app, table, stats.observe_recovery)  # the changelog restored in bulk
     stats.control_problem = "; ".join(control_problems)[:500]
     claims = Claims(settings, stats)  # 5

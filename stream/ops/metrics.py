@@ -54,6 +54,7 @@ class Metrics:
     loop_cpu: Counter
     produce_to_redis: Histogram
     event_to_redis: Histogram
+    record_age: Histogram
     rebalances: Counter
     committed_records: Counter
     restore_remaining: Gauge
@@ -148,6 +149,18 @@ class Metrics:
                 "From the event time (the latest event's `time`) of each published update"
                 " to its Redis write done (or queued while stream_redis_retrying)",
                 buckets=(*seconds, 30, 60, 300, 900, 3600),
+                registry=r,
+            ),
+            # Where an update's latency goes: each batch's middle record (each fetch's per
+            # partition) observed at every step, aged from its Kafka timestamp.
+            record_age=Histogram(
+                "stream_record_age_seconds",
+                "Age of input records (from their Kafka timestamp) at each step of the worker:"
+                " fetched (handed over by the fetch), taken (a batch begins), folded, sent,"
+                " delivered (the broker confirmed its records), cached (its Redis write"
+                " done), acked; one observation per batch (per partition of a fetch)",
+                ["step"],
+                buckets=seconds,
                 registry=r,
             ),
             rebalances=Counter(
@@ -322,6 +335,12 @@ class Metrics:
             record = change.record
             if record is not None and record.time is not None:
                 self.event_to_redis.observe(max(0.0, now - record.time / 1000))
+
+    def observe_age(self, step: str, stamp: float | None) -> None:
+        """A record's age at ``step`` (``stamp``: its Kafka timestamp, s; a clock ahead
+        counts as 0)."""
+        if stamp:
+            self.record_age.labels(step).observe(max(0.0, time.time() - stamp))
 
     def observe_loop_cpu(self, fold: float, kafka: float, redis: float | None) -> None:
         """The loop thread's CPU seconds during a batch's fold, Kafka delivery and Redis

@@ -84,15 +84,19 @@ class Outbox:
 
 
 class Sink:
-    """Redis: each write logged (the sessions' accounted events), answered at once; the
-    next ``refuse`` writes are refused permanently."""
+    """Redis: each write logged (the sessions' accounted events), answered at once (or
+    once ``holding`` resolves, when set); the next ``refuse`` writes are refused
+    permanently."""
 
     def __init__(self) -> None:
         self.writes: list[list[tuple[str, int]]] = []
         self.refuse = 0
+        self.holding: asyncio.Future[None] | None = None
 
     async def write(self, updates: list[Any], *args: Any, **kwargs: Any) -> list[int]:
         await asyncio.sleep(0)
+        if self.holding is not None:
+            await self.holding
         if self.refuse:
             self.refuse -= 1
             raise PermanentRedisError("NOPERM refused")

@@ -40,11 +40,12 @@ def test_the_next_batch_folds_while_the_last_waits_and_nothing_of_it_overtakes(
         b = r.committer.take(second, a)
         await turns()
         # The second batch is folded, on the rows the first put in the store; none of its
-        # records leave before the first batch's are confirmed, and Redis waits too.
+        # records leave before the first batch's are confirmed, nor its Redis write (the
+        # first batch's went while its records were in flight).
         assert r.folds == [0, 20]
         assert not b.sent.done()
         assert {n for _, _, n in r.outbox.sent} == {0}
-        assert r.sink.writes == [] and r.acked == []
+        assert len(r.sink.writes) == 1 and r.acked == []
         r.outbox.gate().set_result(None)  # what the second batch will be sent under
         held.set_result(None)
         await b.sent
@@ -155,3 +156,49 @@ def test_a_flight_forgets_the_batch_before_it_once_sent(tmp_path: Path) -> None:
         return b
 
     assert asyncio.run(run()).after is None  # no chain of every batch ever taken
+
+
+def test_redis_is_written_while_the_records_are_in_flight_and_the_ack_waits_for_both(
+    tmp_path: Path,
+) -> None:
+    """An update reaches Redis one broker round trip sooner (docs/notes/022); the batch's
+    offsets are acked only once its records are confirmed and its Redis write is done."""
+
+    async def run() -> None:
+        r = harness(tmp_path)
+        (first,) = batches((20,))
+        held = r.outbox.gate()
+        a = r.committer.take(first)
+        await turns()
+        assert len(r.sink.writes) == 1  # written before the broker confirmed the records
+        assert a.cached.done() and not a.delivered.done() and r.acked == []
+        held.set_result(None)
+        await a.done
+        assert r.acked == [0]
+
+    asyncio.run(run())
+
+
+def test_a_redis_write_still_under_way_holds_the_ack_and_the_next_batch_s_write(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        r = harness(tmp_path)
+        first, second = batches((20, 20))
+        r.outbox.gate().set_result(None)  # the broker confirms at once
+        r.sink.holding = asyncio.get_running_loop().create_future()
+        a = r.committer.take(first)
+        await a.sent
+        b = r.committer.take(second, a)
+        await b.sent
+        await turns()
+        assert a.delivered.done() and b.delivered.done()
+        assert r.acked == [] and r.sink.writes == []  # both wait for the first write
+        r.sink.holding.set_result(None)
+        await b.done
+        assert r.acked == [0, 20]
+        earlier, later = (dict(w) for w in r.sink.writes)  # in batch order
+        assert earlier.keys() == later.keys()
+        assert all(earlier[s] < later[s] for s in earlier)
+
+    asyncio.run(run())
