@@ -69,6 +69,8 @@ class ChunkRun(NamedTuple):
         return latest
 
 
+_new: Final = tuple.__new__
+
 _TEXT_KEYS: Final = {"turn", "step", "index", "dt", "texts"}
 _TOOL_KEYS: Final = {"turn", "step", "index", "id", "dt", "args"}
 
@@ -157,7 +159,9 @@ def decode_line(value: Any) -> Any:
         tag = value.get("type")
         if type(tag) is str and tag in CHUNK_ROWS:
             row = _check_row(value, tag)
-            return ChunkRun(row["seq0"], len(row["data"][CHUNK_ROWS[tag][0]]), row)
+            # tuple.__new__: ChunkRun(...) would run NamedTuple's Python-level __new__.
+            run: ChunkRun = _new(ChunkRun, (row["seq0"], len(row["data"][CHUNK_ROWS[tag][0]]), row))
+            return run
     return value
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from stream.contract.errors import BadLine, Unreadable
-from stream.contract.events import Event, event_time, read_event
+from stream.contract.events import Event, event_time, passive_seq, read_event
 from stream.contract.storage import SKIPPED, ChunkRun, read_line
 from stream.session.processor import (
     SessionRecord,
@@ -72,23 +72,28 @@ def _fold(
         else:
             number, value = line
         if type(value) is dict:
-            try:
-                event = read_event(value)
-            except Unreadable as error:
-                yield BadLine(number, str(error))
-                continue
-            note_time(record, event_time(value))
-            if every_event:
-                tally.count(process(record, event))
-                yield None
-                continue
-            if not event.passive:
-                if end > first:
-                    tally.add(process_run(record, first, end - first))
-                    first = end = 0
-                tally.count(process(record, event))
-                continue
-            seq, size = event.seq, 1
+            seq = -1 if every_event else passive_seq(value)
+            if seq < 0:
+                try:
+                    event = read_event(value)
+                except Unreadable as error:
+                    yield BadLine(number, str(error))
+                    continue
+                note_time(record, event_time(value))
+                if every_event:
+                    tally.count(process(record, event))
+                    yield None
+                    continue
+                if not event.passive:
+                    if end > first:
+                        tally.add(process_run(record, first, end - first))
+                        first = end = 0
+                    tally.count(process(record, event))
+                    continue
+                seq = event.seq
+            else:
+                note_time(record, event_time(value))
+            size = 1
         elif type(value) is ChunkRun:
             note_time(record, value.latest_time)
             if every_event:

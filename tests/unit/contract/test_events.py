@@ -4,9 +4,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stream.contract.errors import Unreadable
-from stream.contract.events import APPEND, SURFACE_TYPES, Event, Replace, read_event
+from stream.contract.events import (
+    APPEND,
+    SURFACE_TYPES,
+    Event,
+    Replace,
+    passive_seq,
+    read_event,
+)
 
 from ..builders import raw
 
@@ -198,3 +207,53 @@ def test_malformed_surface_op_is_a_surface_error(op: Any) -> None:
     assert event.surface_error is not None
     assert event.surface_error.startswith("user/message at seq 12 ")
     assert event.error is None  # an error for the surface projections only
+
+
+_ENVELOPE_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 2**53 + 1),
+    st.sampled_from([0.0, 3.0, 2.5, -1.0, 1e300]),
+    st.sampled_from(
+        ["assistant/chunk", "step/start", "user/message", "request/context", "x", "append"]
+    ),
+    st.dictionaries(
+        st.sampled_from(["chunk", "type", "turn"]),
+        st.one_of(
+            st.none(),
+            st.sampled_from(["usage", "text-delta"]),
+            st.dictionaries(st.sampled_from(["type"]), st.sampled_from(["usage", "text-delta"])),
+        ),
+    ),
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["type", "seq", "time", "data", "surfaceOp", "x"]), _ENVELOPE_VALUES
+    )
+)
+def test_a_passive_seq_is_read_events_passive_event(value: dict[str, Any]) -> None:
+    """``passive_seq`` (the offline fold's shortcut) answers only for what ``read_event``
+    reads as a passive event of that seq; -1 otherwise (then ``read_event`` decides)."""
+    seq = passive_seq(value)
+    if seq < 0:
+        assert seq == -1
+        return
+    event = read_event(value)
+    assert event == Event(value["type"], seq, value["data"], None, passive=True)
+    assert seq == value["seq"] and type(seq) is int
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        raw("step/start", 3, {"turn": 0}),
+        raw("assistant/chunk", 4, {"turn": 0, "chunk": {"type": "text-delta", "text": "a"}}),
+        raw("x/unknown", 5, {}),
+    ],
+)
+def test_common_passive_events_take_the_shortcut(value: dict[str, Any]) -> None:
+    assert passive_seq(value) == value["seq"]
+    assert read_event(value).passive
