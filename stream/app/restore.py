@@ -12,11 +12,16 @@ loop (``stream.app.fetch``) and does what Faust's recovery does with them, once 
 the records past the offset recovery holds for the partition (active or standby) go into
 the partition's RocksDB as one ``WriteBatch``, the offset they reach with them (Faust's
 persisted offset, in the same atomic write), and recovery's offset moves to the last. One
-event of the fetch's last record then goes on Faust's changelog queue: recovery's loop
+event of the last record written then goes on Faust's changelog queue: recovery's loop
 finds nothing new in it (its offset is held already) and does the rest as it does per
 record — it notes the partition as heard from, ends the restore once no active partition
 has records left, and marks standbys ready once they are caught up. Records of a
 partition recovery does not hold (revoked meanwhile) are left, as Faust leaves them.
+
+A changelog's part of a fetch reaches ``take`` unread (``ChangelogRecords``, one
+``Fetched``): aiokafka asks for the next part at once instead of after reading every
+record into a ``ConsumerRecord``, and the records are read straight into the write batch
+while it is on its way.
 
 The writes run on a thread of their own (RocksDB lets go of the GIL while it writes), in
 the order they were taken, up to ``IN_FLIGHT`` at a time: the drain loop goes on to the
@@ -228,7 +233,7 @@ class BulkRestore:
         await self._settle(IN_FLIGHT)
 
     async def events(self, tp: Any, message: Any) -> list[Any]:
-        """The fetch's last record as the event each of recovery's channels takes."""
+        """A record as the event each of recovery's channels takes."""
         channels = self.app.topics._tp_index.get(tp) or ()
         return [await channel.decode(message, propagate=False) for channel in channels]
 
@@ -264,7 +269,7 @@ class BulkRestore:
         self.nudge(events)
 
     def nudge(self, events: list[Any]) -> None:
-        """Recovery's loop, handed the fetch's last record as an event: it notes its
+        """Recovery's loop, handed the last record written as an event: it notes its
         partition as heard from and ends the restore, or marks standbys ready, when due."""
         queue = self.app.tables.changelog_queue
         for event in events:
