@@ -146,6 +146,15 @@ def compact_json_len(text: bytes) -> int | None:
     return len(text) - mapped.count(0x80) + mapped.count(0xF0)
 
 
+def _utf16_len_of(text: bytes) -> int:
+    """The UTF-16 length of UTF-8 ``text``: a unit per byte that is not a continuation
+    byte, two for a 4-byte sequence (``compact_json_len`` without its number check)."""
+    if text.isascii():
+        return len(text)
+    mapped = text.translate(_MAPPED)
+    return len(text) - mapped.count(0x80) + mapped.count(0xF0)
+
+
 def json_len(value: Any) -> int:
     """Length of ``JSON.stringify(value)`` for a value parsed from JSON text.
 
@@ -159,12 +168,19 @@ def json_len(value: Any) -> int:
     if kind is not dict and kind is not list:
         return _scalar_len(value)
     try:
+        if kind is dict and _strings_only(value):
+            # No number to print unlike JS (a `file` block, say): its text's length.
+            return _utf16_len_of(_dumps(value))
         length = compact_json_len(_dumps(value))
     except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers beyond 64 bits
         length = None
     if length is not None:
         return length
     return walked_json_len(value)
+
+
+def _strings_only(value: dict[str, Any]) -> bool:
+    return all(type(item) is str for item in value.values())
 
 
 def walked_json_len(value: Any) -> int:
