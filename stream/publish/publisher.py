@@ -20,8 +20,8 @@ fold. Its duties, each in a module of its own:
    first, then the Redis drop, then the tombstones on the changelog and the output topic
    (no tombstone while the drop is only queued): the order that survives a crash.
 
-The worker's order per batch is ``records`` (the output records), ``send`` (to Kafka),
-then, once confirmed, ``cache`` (to Redis).
+The worker's order per batch is ``send`` (to Kafka), then ``cache`` (to Redis) while the
+records are in flight, and the ack once both are done (``stream.app.commit``; note 022).
 """
 
 import asyncio
@@ -126,8 +126,8 @@ class Publisher:
         await self.outbox.left()
 
     async def cache(self, sending: "Sending") -> None:
-        """A confirmed batch's updates and dead-letter counts to Redis, in one round trip
-        (queued while Redis is away)."""
+        """A sent batch's updates and dead-letter counts to Redis, in one round trip
+        (queued while Redis is away), while its records are in flight."""
         result, updates = sending.result, sending.updates
         gen, topic = self.generation, self.settings.input_topic
         # Every batch writes its partitions' rows (the stream time); a count of 0 moves
