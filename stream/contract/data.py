@@ -120,18 +120,21 @@ _last_sample: tuple[Event | None, Sample | None] = (None, None)
 def usage_sample(event: Event) -> Sample | None:
     """The usage an ``assistant/chunk`` (usage chunk) or ``assistant/message`` reports."""
     global _last_sample
+    kind = event.type
+    if kind != "assistant/chunk" and kind != "assistant/message":
+        return None  # most events: told before the module global is read
     last = _last_sample
     if last[0] is event:
         return last[1]
     data = event.data
-    if event.type == "assistant/chunk":
+    if kind == "assistant/chunk":
         chunk = data.get("chunk")
         if type(chunk) is not dict:
             raise ContractError(f"assistant/chunk at seq {event.seq}: data.chunk must be an object")
         if chunk.get("type") != "usage":
             return None
         raw, field = chunk.get("usage"), "chunk.usage"
-    elif event.type == "assistant/message" and "usage" in data:
+    elif "usage" in data:  # an assistant/message
         raw, field = data["usage"], "data.usage"
     else:
         return None

@@ -71,8 +71,10 @@ class ChunkRun(NamedTuple):
 
 _new: Final = tuple.__new__
 
-_TEXT_KEYS: Final = {"turn", "step", "index", "dt", "texts"}
-_TOOL_KEYS: Final = {"turn", "step", "index", "id", "dt", "args"}
+_ROW_KEYS: Final = frozenset({"type", "seq0", "time0", "data"})
+_TEXT_KEYS: Final = frozenset({"turn", "step", "index", "dt", "texts"})
+_TOOL_KEYS: Final = frozenset({"turn", "step", "index", "id", "dt", "args"})
+_NAMED_TOOL_KEYS: Final = _TOOL_KEYS | {"name"}
 
 
 def _bad_row(tag: str, why: str) -> Unreadable:
@@ -81,9 +83,29 @@ def _bad_row(tag: str, why: str) -> Unreadable:
     return Unreadable(f"malformed {tag} storage row: {why}")
 
 
+def _plain_gaps(gaps: list[Any]) -> bool:
+    """Every gap an int that is a safe integer (what ``_safe_int`` keeps as it is)."""
+    for gap in gaps:
+        if type(gap) is not int:
+            return False
+        plain: int = gap
+        if not -MAX_SAFE_INTEGER <= plain <= MAX_SAFE_INTEGER:
+            return False
+    return True
+
+
+def _times_stay_safe(time: int, gaps: list[Any]) -> bool:
+    for gap in gaps:
+        step: int = gap
+        time += step
+        if not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
+            return False
+    return True
+
+
 def _check_row(value: dict[str, Any], tag: str) -> dict[str, Any]:
     """Validate a chunk row as the dsh decoder does; return it with integral numbers."""
-    if set(value) != {"type", "seq0", "time0", "data"}:
+    if value.keys() != _ROW_KEYS:
         raise _bad_row(tag, "envelope must be exactly {type, seq0, time0, data}")
     seq0, time0, data = _safe_int(value["seq0"]), _safe_int(value["time0"]), value["data"]
     if seq0 is None or seq0 < 0:
@@ -93,9 +115,9 @@ def _check_row(value: dict[str, Any], tag: str) -> dict[str, Any]:
     if type(data) is not dict:
         raise _bad_row(tag, "data must be an object")
     payload_key, _ = CHUNK_ROWS[tag]
-    keys = set(data)
+    keys = data.keys()
     if tag == "tool-call-chunks":
-        if keys != _TOOL_KEYS and keys != _TOOL_KEYS | {"name"}:
+        if keys != _TOOL_KEYS and keys != _NAMED_TOOL_KEYS:
             raise _bad_row(tag, "data must be exactly {turn, step, index, id, name?, dt, args}")
         if type(data["id"]) is not str or ("name" in data and type(data["name"]) is not str):
             raise _bad_row(tag, "id (and name when present) must be strings")
@@ -109,6 +131,15 @@ def _check_row(value: dict[str, Any], tag: str) -> dict[str, Any]:
     gaps = data["dt"]
     if type(gaps) is not list:
         raise _bad_row(tag, "dt must be an array of safe integers")
+    if type(value["seq0"]) is int and type(value["time0"]) is int and _plain_gaps(gaps):
+        # The common row, integers throughout: checked in one pass and kept as read.
+        if len(gaps) != len(members) - 1:
+            raise _bad_row(tag, f"dt length {len(gaps)} does not match {len(members)} members")
+        if seq0 + len(members) - 1 > MAX_SAFE_INTEGER:
+            raise _bad_row(tag, "member seqs must stay safe integers")
+        if not _times_stay_safe(time0, gaps):
+            raise _bad_row(tag, "member times must stay safe integers")
+        return value
     dt = [_safe_int(gap) for gap in gaps]
     if None in dt:
         raise _bad_row(tag, "dt must be an array of safe integers")
