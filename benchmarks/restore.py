@@ -1,6 +1,7 @@
 """How fast a worker restores its table, beside how fast a plain consumer reads the changelog.
 
     python -m benchmarks.restore [--sessions N] [--partitions P] [--runs R] [--json PATH]
+                                 [--before TREE]
 
 Fills a sessions changelog (``<app>-sessions-changelog``, compacted, ``--partitions``) with
 ``--sessions`` rows as the worker writes them (the core's codec bytes of a short folded
@@ -19,6 +20,8 @@ rates: records / (the median time on the full changelog - the median on the empt
 Also printed: each run's own difference, and the restore alone, from the worker's log
 (Faust's "Restoring state" to its "Restore complete!"). The worker's state directory is
 then checked to hold every row (value for value on a sample).
+``--before TREE`` also runs the worker from another checkout (an earlier commit's tree),
+each run beside this one's, for a before/after under the same load.
 Starts its own Kafka and Redis unless KAFKA_BOOTSTRAP_SERVERS and REDIS_URL are set.
 """
 
@@ -37,6 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined,unused-ignore]
 from rocksdict import AccessType, Rdict
 
+from benchmarks import infra as bench_infra
 from benchmarks.infra import Infra, Scenario, WorkerProcess, infrastructure
 from benchmarks.reseed import _row
 from stream.ops.admin import create_topic
@@ -161,13 +165,21 @@ def consume_all(infra: Infra, topic: str, partitions: int, batch: int) -> tuple[
         consumer.close()
 
 
-def restore(scenario: Scenario, tag: str) -> tuple[float, WorkerProcess, float]:
-    """Seconds from a worker's launch, empty state directory, to ``/readyz`` 200; the
-    worker, stopped; the most records its restore gauge showed left meanwhile."""
+def restore(
+    scenario: Scenario, tag: str, tree: Path | None = None
+) -> tuple[float, WorkerProcess, float]:
+    """Seconds from a worker's launch (from ``tree``, else the bench's worker tree), empty
+    state directory, to ``/readyz`` 200; the worker, stopped; the most records its restore
+    gauge showed left meanwhile."""
     worker = WorkerProcess(scenario, tag)
     shutil.rmtree(worker.state_dir, ignore_errors=True)
     began = time.monotonic()
-    worker.launch()
+    own = bench_infra.WORKER_TREE
+    bench_infra.WORKER_TREE = tree or own  # read by launch, for this worker only
+    try:
+        worker.launch()
+    finally:
+        bench_infra.WORKER_TREE = own
     shown = 0.0
     try:
         while not worker.ready():
@@ -221,7 +233,9 @@ def stored(state_dir: Path) -> dict[bytes, bytes]:
     return found
 
 
-def run(infra: Infra, work: Path, sessions: int, partitions: int, runs: int) -> Result:
+def run(
+    infra: Infra, work: Path, sessions: int, partitions: int, runs: int, before: Path | None
+) -> Result:
     full = Scenario(infra, work, partitions=partitions)
     cold = Scenario(infra, work, partitions=partitions)
     data = rows(sessions)
@@ -240,17 +254,21 @@ def run(infra: Infra, work: Path, sessions: int, partitions: int, runs: int) -> 
                 if side == "full" and read < sessions:
                     raise RuntimeError(f"the consumer read {read:,} of {sessions:,} records")
                 timings.setdefault(f"{reader} {side}", []).append(seconds)
-            seconds, last, shown = restore(scenario, f"{side}{n}")
-            timings.setdefault(f"worker {side}", []).append(seconds)
-            phase = restore_phase(last.log_path.read_text(errors="replace"))
-            if side == "full" and phase is not None:
-                timings.setdefault("restore phase", []).append(phase)
-            gauge = max(gauge, shown)
+            workers = [("worker", None), ("before", before)] if before else [("worker", None)]
+            for reader, tree in workers:
+                seconds, worker, shown = restore(scenario, f"{reader}-{side}{n}", tree)
+                timings.setdefault(f"{reader} {side}", []).append(seconds)
+                phase = restore_phase(worker.log_path.read_text(errors="replace"))
+                if side == "full" and phase is not None:
+                    timings.setdefault(f"{reader} restore phase", []).append(phase)
+                if reader == "worker":
+                    last, gauge = worker, max(gauge, shown)
         print(
             f"run {n + 1}: "
             + ", ".join(
                 f"{r} {timings[f'{r} cold'][-1]:.2f} / {timings[f'{r} full'][-1]:.2f} s"
-                for r in READERS
+                for r in (*READERS, "before")
+                if f"{r} full" in timings
             )
             + " (empty / full changelog)",
             flush=True,
@@ -285,37 +303,48 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", type=Path, default=None, help="work here and keep the logs")
+    parser.add_argument(
+        "--before", type=Path, default=None, help="also run the worker from this checkout"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="restore-bench-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         with infrastructure(work) as infra:
-            result = run(infra, work, args.sessions, args.partitions, args.runs)
+            result = run(infra, work, args.sessions, args.partitions, args.runs, args.before)
     print(f"changelog: {result.sessions:,} records, {result.changelog_bytes / 1e6:.1f} MB")
     labels = {
         "poll": "plain consumer, poll()",
         "consume": "plain consumer, consume(10000)",
         "worker": "worker restore",
+        "before": "worker restore, --before tree",
     }
     for reader, label in labels.items():
+        if f"{reader} full" not in result.seconds:
+            continue
         runs = ", ".join(f"{n:.2f}" for n in result.nets(reader))
         print(
             f"{label:<31} net {result.net(reader):.2f} s: {result.rate(reader):>10,.0f}"
             f" records/s (each run's: {runs} s)"
         )
-    phases = result.seconds.get("restore phase")
-    if phases:
-        phase = statistics.median(phases)
-        print(
-            f"{'the restore alone (worker log)':<31} {phase:.2f} s:"
-            f" {result.sessions / phase:>10,.0f} records/s"
-            f" ({result.sessions / phase / result.rate('poll'):.2f}x of poll())"
-        )
+    for reader, label in (("worker", "worker log"), ("before", "--before")):
+        phases = result.seconds.get(f"{reader} restore phase")
+        if phases:
+            phase = statistics.median(phases)
+            print(
+                f"{f'the restore alone ({label})':<31} {phase:.2f} s:"
+                f" {result.sessions / phase:>10,.0f} records/s"
+                f" ({result.sessions / phase / result.rate('poll'):.2f}x of poll())"
+            )
     ratios = {r: result.rate("worker") / result.rate(r) for r in ("poll", "consume")}
     print(f"restore / read: {ratios['poll']:.2f}x of poll(), {ratios['consume']:.2f}x of consume()")
+    if "before full" in result.seconds:
+        print(f"--before tree: {result.rate('before') / result.rate('poll'):.2f}x of poll()")
     if args.json is not None:
         figures = asdict(result) | {
-            "rates": {r: result.rate(r) for r in READERS},
+            "rates": {
+                r: result.rate(r) for r in (*READERS, "before") if f"{r} full" in result.seconds
+            },
             "ratios": ratios,
         }
         args.json.write_text(json.dumps(figures, indent=2))
