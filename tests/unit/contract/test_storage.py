@@ -12,7 +12,7 @@ import pytest
 
 from stream.contract.errors import Unreadable
 from stream.contract.events import read_event
-from stream.contract.storage import expand, session_id_of
+from stream.contract.storage import decode_line, expand, session_id_of
 
 MAX_SAFE = 2**53 - 1
 
@@ -141,6 +141,40 @@ def test_expanded_chunks_are_readable_events(row: dict[str, Any], events: list[A
         assert (event.type, event.seq) == ("assistant/chunk", expected["seq"])
 
 
+@pytest.mark.parametrize(
+    ("numbers", "dt", "reason"),
+    [
+        ((10, 1000), [5], "dt length 1 does not match 3 members"),
+        ((10.0, 1000), [5], "dt length 1 does not match 3 members"),
+        ((10, 1000), [5.0], "dt length 1 does not match 3 members"),
+        ((MAX_SAFE - 1, 1000), [5, 1], "member seqs must stay safe integers"),
+        ((MAX_SAFE - 1.0, 1000), [5, 1], "member seqs must stay safe integers"),
+        ((10, MAX_SAFE - 2), [5, -3], "member times must stay safe integers"),
+        ((10, MAX_SAFE - 2), [5.0, -3], "member times must stay safe integers"),
+        ((10, 1000), [5, MAX_SAFE + 1], "dt must be an array of safe integers"),
+    ],
+)
+def test_a_malformed_row_gives_the_same_reason_whatever_its_numbers_are_written_as(
+    numbers: tuple[float, float], dt: list[Any], reason: str
+) -> None:
+    """Integers throughout take a one-pass check; any float takes the general one: the
+    same checks in the same order."""
+    seq0, time0 = numbers
+    row = {**TEXT_ROW, "seq0": seq0, "time0": time0, "data": {**TEXT_ROW["data"], "dt": dt}}
+    with pytest.raises(Unreadable, match=f"malformed text-chunks storage row: {reason}$"):
+        expand(row)
+
+
+def test_a_row_of_integers_is_kept_as_read_and_one_with_floats_as_integers() -> None:
+    as_read = decode_line(TEXT_ROW)
+    assert as_read.row is TEXT_ROW
+    floats = {**TEXT_ROW, "time0": 1000.0, "data": {**TEXT_ROW["data"], "dt": [5.0, -3]}}
+    normalised = decode_line(floats).row
+    assert normalised == TEXT_ROW
+    assert type(normalised["time0"]) is int
+    assert [type(gap) for gap in normalised["data"]["dt"]] == [int, int]
+
+
 def test_integral_float_fields_read_like_javascript() -> None:
     # JSON.parse("1.0") is the integer 1: the reference accepts and expands this row.
     row = {
@@ -241,6 +275,8 @@ MALFORMED = [
     # member seqs and times must stay safe integers
     (TOOL_ROW, ("seq0",), MAX_SAFE),
     (TEXT_ROW, ("time0",), MAX_SAFE - 2),
+    (TEXT_ROW, ("data", "dt"), [MAX_SAFE + 1, 0]),
+    (TEXT_ROW, ("data", "dt"), [MAX_SAFE, 1]),
 ]
 
 
