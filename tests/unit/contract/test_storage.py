@@ -160,7 +160,8 @@ def test_a_malformed_row_gives_the_same_reason_whatever_its_numbers_are_written_
     """Integers throughout take a one-pass check; any float takes the general one: the
     same checks in the same order."""
     seq0, time0 = numbers
-    row = {**TEXT_ROW, "seq0": seq0, "time0": time0, "data": {**TEXT_ROW["data"], "dt": dt}}
+    data: dict[str, Any] = {**TEXT_ROW["data"], "dt": dt}  # type: ignore[dict-item]
+    row = {**TEXT_ROW, "seq0": seq0, "time0": time0, "data": data}
     with pytest.raises(Unreadable, match=f"malformed text-chunks storage row: {reason}$"):
         expand(row)
 
@@ -168,7 +169,8 @@ def test_a_malformed_row_gives_the_same_reason_whatever_its_numbers_are_written_
 def test_a_row_of_integers_is_kept_as_read_and_one_with_floats_as_integers() -> None:
     as_read = decode_line(TEXT_ROW)
     assert as_read.row is TEXT_ROW
-    floats = {**TEXT_ROW, "time0": 1000.0, "data": {**TEXT_ROW["data"], "dt": [5.0, -3]}}
+    data: dict[str, Any] = {**TEXT_ROW["data"], "dt": [5.0, -3]}
+    floats = {**TEXT_ROW, "time0": 1000.0, "data": data}
     normalised = decode_line(floats).row
     assert normalised == TEXT_ROW
     assert type(normalised["time0"]) is int
