@@ -56,20 +56,12 @@ def default_session_id(path: Path) -> str:
 READ_BUFFER = 1 << 20
 
 
-def _open_file(path: Path, buffering: int = -1) -> IO[bytes]:
+def _open(path: Path, buffering: int = -1) -> IO[bytes]:
     try:
-        return path.open("rb", buffering=buffering)
+        raw = path.open("rb", buffering=buffering)
     except OSError as error:
         raise LogError(f"{path}: {error.strerror or error}") from None
-
-
-def _zstd(path: Path) -> bool:
-    return path.name.endswith((".zstd", ".zst"))
-
-
-def _open(path: Path, buffering: int = -1) -> IO[bytes]:
-    raw = _open_file(path, buffering)
-    if _zstd(path):
+    if path.name.endswith((".zstd", ".zst")):
         return io.BufferedReader(_Zstd(raw, path))
     return raw
 
