@@ -202,3 +202,29 @@ def test_a_redis_write_still_under_way_holds_the_ack_and_the_next_batch_s_write(
         assert all(earlier[s] < later[s] for s in earlier)
 
     asyncio.run(run())
+
+
+def test_a_failed_delivery_is_re_sent_and_the_batch_acked_only_once_it_is_confirmed(
+    tmp_path: Path,
+) -> None:
+    """Redis took the batch's updates while its records were in flight; the broker then
+    refused them. The records are sent again (Redis is not written twice: the write was
+    done), and the offsets wait for the confirmation of the second sending."""
+
+    async def run() -> None:
+        r = harness(tmp_path)
+        (first,) = batches((20,))
+        refused = r.outbox.gate()
+        a = r.committer.take(first)
+        await turns()
+        assert len(r.sink.writes) == 1
+        again = r.outbox.gate()  # what the re-sending goes out under
+        refused.set_exception(ConnectionError("broker gone"))
+        await asyncio.sleep(0.5)  # the re-send's backoff (0.2 s)
+        assert {n for _, _, n in r.outbox.sent} == {0, 1}  # sent twice
+        assert r.acked == [] and not a.delivered.done()
+        again.set_result(None)
+        await a.done
+        assert r.acked == [0] and len(r.sink.writes) == 1
+
+    asyncio.run(run())
