@@ -1,6 +1,7 @@
 """The settings table, drawn: ``stream worker --help``'s list and the README's table.
 
-Every row comes from ``stream.config`` (``Settings`` and its ``KafkaSecurity``) and, for
+Every row comes from ``stream.config`` (``Settings``, and ``stream.kafka_security``'s
+``KafkaSecurity``) and, for
 the gateway's own settings, ``stream.gateway.config``: the variable, its group, its
 meaning, and its default, read from the dataclass at the moment the help is drawn, so a
 changed default cannot leave the help or the README behind. ``tests/unit/cli/

@@ -106,7 +106,10 @@ TESTED = set(STRINGS) | set(PARSED) | set(INTEGERS) | FLOATS | FLAGS | OTHERS
 
 
 def variables_read() -> set[str]:
-    source = (ROOT / "stream" / "config.py").read_text(encoding="utf-8")
+    source = "".join(
+        (ROOT / "stream" / name).read_text(encoding="utf-8")
+        for name in ("config.py", "kafka_security.py")
+    )
     return set(re.findall(r'"((?:KAFKA|STREAM|REDIS)_[A-Z0-9_]+)"', source))
 
 
