@@ -505,6 +505,16 @@ def corpus_sessions(work: Path, sessions: int, turns: int, seed: int = 7) -> dic
     return found
 
 
+def produce_waiting(producer: Producer, topic: str, key: bytes, value: bytes) -> None:
+    """``producer.produce``, waiting (polling for deliveries) while its queue is full."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def produce_backlog(
     infra: Infra, topic: str, sessions: dict[str, list[Any]], segment: int
 ) -> tuple[int, int]:
@@ -532,12 +542,7 @@ def produce_backlog(
                 continue
             part = parts[i]
             value = dumps(part[0]) if segment == 1 else dumps(part)
-            while True:
-                try:
-                    producer.produce(topic, key=key, value=value)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_waiting(producer, topic, key, value)
             messages += 1
             events_count += len(part)
         producer.poll(0)

@@ -54,7 +54,14 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from benchmarks.infra import Infra, Scenario, WorkerProcess, dir_bytes, infrastructure
+from benchmarks.infra import (
+    Infra,
+    Scenario,
+    WorkerProcess,
+    dir_bytes,
+    infrastructure,
+    produce_waiting,
+)
 from stream.contract.jsontext import dumps
 from stream.ops.offsets import snapshot
 from stream.testing import events as build
@@ -173,12 +180,7 @@ def total(metrics: dict[str, float], name: str) -> float:
 
 def produce(producer: Producer, topic: str, messages: list[tuple[bytes, bytes, int]]) -> None:
     for key, value, _ in messages:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, key, value)
         producer.poll(0)
 
 

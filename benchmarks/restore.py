@@ -41,7 +41,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined,unused-i
 from rocksdict import AccessType, Rdict
 
 from benchmarks import infra as bench_infra
-from benchmarks.infra import Infra, Scenario, WorkerProcess, infrastructure
+from benchmarks.infra import Infra, Scenario, WorkerProcess, infrastructure, produce_waiting
 from benchmarks.reseed import _row
 from stream.ops.admin import create_topic
 
@@ -105,12 +105,7 @@ def fill_changelog(
     )
     size = 0
     for key, value in data:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, key, value)
         size += len(key) + len(value)
     if producer.flush(120):
         raise RuntimeError("changelog not delivered")

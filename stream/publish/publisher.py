@@ -99,8 +99,8 @@ class Publisher:
     def send(self, result: BatchResult) -> "Sending":
         """Every record of the batch: per session its row and its output record, the
         partition rows, the dead letters. The rows are in the store and the records on
-        their way when this returns (no await in between); await ``Sending.confirmed``
-        for the broker's confirmation of every one, then hand it to ``cache``."""
+        their way when this returns (no await in between); ``Sending.confirmed`` resolves
+        on the broker's confirmation of every one, and ``cache`` may take it meanwhile."""
         gen = self.generation
         updates = [SessionUpdate.from_change(c, gen) for c in result.sessions]
 
