@@ -192,6 +192,17 @@ class Settings:
         " partitions; note 016)",
         unit="s",
     )
+    switch_interval: float = setting(  # sys.setswitchinterval (stream.runtime.tune_switch)
+        "STREAM_SWITCH_INTERVAL",
+        0.0005,
+        number(0.0001, 0.1),
+        group=BATCHES,
+        help="longest a thread holds the interpreter while another waits",
+        doc="longest the worker's loop holds the interpreter while Faust's consumer thread"
+        " waits to read a fetch (CPython's own 5 ms put every fetch milliseconds behind on a"
+        " busy loop; note 022)",
+        unit="s",
+    )
     commit_interval: float = setting(
         "STREAM_COMMIT_INTERVAL",
         2.8,

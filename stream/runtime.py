@@ -1,6 +1,7 @@
 """Process-wide runtime settings shared by the worker and the offline commands."""
 
 import gc
+import sys
 
 YOUNG = 50_000  # allocations between passes over the youngest generation (offline)
 
@@ -31,6 +32,18 @@ def worker_young(batch_max: int) -> int:
     per event of ``batch_max`` keeps them out of it; cyclic garbage, which a batch does
     not make (``tests/unit/session/test_batch.py``), waits that much longer."""
     return max(YOUNG, 20 * batch_max)
+
+
+def tune_switch(interval: float) -> None:
+    """Let a thread waiting for the interpreter have it after ``interval`` seconds.
+
+    The worker's loop and Faust's consumer thread share one interpreter lock. A thread
+    that wants it waits until the holder gives it up at an await or a blocking call, or
+    for the switch interval at most: CPython's 5 ms. The loop folds and publishes in
+    stretches of a millisecond or more, so a fetch response that arrived meanwhile waited
+    for the lock before the consumer thread could even read it, and the next fetch went
+    out that much later (docs/notes/022: 2-3 ms of an update's fetch at 0.5 ms)."""
+    sys.setswitchinterval(interval)
 
 
 def use_uvloop() -> bool:

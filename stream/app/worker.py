@@ -35,7 +35,7 @@ from stream.config import Settings
 from stream.ops import metrics
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError, RedisSink
-from stream.runtime import tune_gc, use_uvloop, worker_young
+from stream.runtime import tune_gc, tune_switch, use_uvloop, worker_young
 from stream.session.batch import BatchResult, Counts, Message
 from stream.session.partition import PARTITION_KEY, PartitionRow
 
@@ -323,6 +323,7 @@ def assemble(
     8. expiry: the index of idle sessions and its sweeps, between batches.
     """
     partitions = partitions or settings.partitions
+    tune_switch(settings.switch_interval)  # before the consumer thread starts
     app = faust_app(settings, partitions)  # 1
     transport = fetch.install(
         app, [settings.input_topic], settings.fetch_max_wait, settings.max_buffered_bytes

@@ -101,6 +101,7 @@ OTHERS = {
     "KAFKA_SSL_CERTFILE",
     "KAFKA_SSL_KEYFILE",
     "STREAM_SESSION_TTL",
+    "STREAM_SWITCH_INTERVAL",
 }
 TESTED = set(STRINGS) | set(PARSED) | set(INTEGERS) | FLOATS | FLAGS | OTHERS
 
@@ -144,6 +145,14 @@ def test_the_fetch_wait_is_short_by_default_and_bounded() -> None:
     for raw in ("0", "-1", "31", "soon"):
         with pytest.raises(ConfigError, match="STREAM_FETCH_MAX_WAIT"):
             Settings.from_env({"STREAM_FETCH_MAX_WAIT": raw})
+
+
+def test_the_switch_interval_is_short_by_default_and_bounded() -> None:
+    assert Settings.from_env({}).switch_interval == 0.0005
+    assert Settings.from_env({"STREAM_SWITCH_INTERVAL": "0.005"}).switch_interval == 0.005
+    for raw in ("0", "-1", "0.5", "soon"):
+        with pytest.raises(ConfigError, match="STREAM_SWITCH_INTERVAL"):
+            Settings.from_env({"STREAM_SWITCH_INTERVAL": raw})
 
 
 @pytest.mark.parametrize(

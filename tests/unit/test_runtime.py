@@ -1,9 +1,10 @@
-"""The collector's thresholds (stream.runtime)."""
+"""The collector's thresholds and the switch interval (stream.runtime)."""
 
 import gc
+import sys
 
 from stream.config import Settings
-from stream.runtime import YOUNG, tune_gc, worker_young
+from stream.runtime import YOUNG, tune_gc, tune_switch, worker_young
 
 
 def test_the_worker_collects_young_objects_past_what_its_batches_hold() -> None:
@@ -15,3 +16,12 @@ def test_the_worker_collects_young_objects_past_what_its_batches_hold() -> None:
         assert gc.get_threshold() == (500_000, 20, 20)
     finally:
         gc.set_threshold(*before)
+
+
+def test_the_worker_hands_the_interpreter_over_within_its_switch_interval() -> None:
+    before = sys.getswitchinterval()
+    try:
+        tune_switch(Settings().switch_interval)
+        assert sys.getswitchinterval() == Settings().switch_interval
+    finally:
+        sys.setswitchinterval(before)
