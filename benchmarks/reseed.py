@@ -65,7 +65,7 @@ class _NoKafka:
     def write_row(self, *_: Any) -> Any:
         raise AssertionError
 
-    send_update = send_dead_letter = write_row
+    send_update = send_dead_letter = store_row = send_row = write_row
 
     async def left(self) -> None:
         raise AssertionError

@@ -10,6 +10,7 @@ exactly as it runs in the worker (``stream.app.worker`` hands it the real ones).
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,6 +22,13 @@ from stream.session.limits import Limits
 from stream.session.results import Recall, SessionChange
 
 log = logging.getLogger("stream.worker")
+
+# Batches taken and not yet acked, at most: how far Redis may run ahead of the broker's
+# confirmations (each batch's records wait for the one before it to be confirmed). A
+# worker a whole batch behind keeps two, as before: batches are then large, and the
+# collector's threshold counts on the events in hand (runtime.worker_young).
+IN_FLIGHT = 4
+IN_FLIGHT_BEHIND = 2
 
 
 class Kept(Protocol):
@@ -42,7 +50,8 @@ class BatchPublisher(Protocol):
     """Where a folded batch goes (``stream.publish.publisher.Publisher``)."""
 
     async def left(self) -> None: ...
-    def send(self, result: BatchResult) -> Sending: ...
+    def stage(self, result: BatchResult) -> Sending: ...
+    def dispatch(self, sending: Sending) -> None: ...
     async def cache(self, sending: Sending) -> None: ...
 
 
@@ -73,6 +82,7 @@ class Flight:
     """A batch between its fold and its ack (``Committer.commit``)."""
 
     sent: "asyncio.Future[None]"  # its rows are in the store: the next batch may fold
+    # (its records follow once the batch before it is confirmed: ``delivered``)
     delivered: "asyncio.Future[None]"  # the broker confirmed its records
     cached: "asyncio.Future[None]"  # its Redis write is done (or queued): the next may write
     after: "Flight | None"  # the batch before it, while this one has not sent
@@ -101,24 +111,25 @@ class Committer:
 
         1. fold: every message once through the pure core (``session.batch.fold_batch``),
            which cannot raise for what a message holds;
-        2. rows: each touched session's row into its partition's store and changelog;
-        3. updates: one coalesced update per touched session to the output topic;
-        4. dead letters: what could not be read, with its reason;
-        5. delivery: wait until the broker confirmed every record of 2-4 (re-sent with
+        2. rows: each touched session's row into its partition's store (the next batch
+           may fold on them);
+        3. Redis: the updates in one round trip, guarded (queued while Redis is away),
+           without waiting for the broker: a reader sees an update as soon as it is
+           folded, and the guard and the deterministic fold keep that safe
+           (docs/notes/022);
+        4. records: each row's changelog record, one coalesced update per touched session
+           to the output topic, the dead letters with their reasons;
+        5. delivery: wait until the broker confirmed every record of 4 (re-sent with
            backoff; the batch is held, never committed past);
-        6. Redis: meanwhile, the updates in one round trip, guarded (queued while Redis is
-           away): a reader sees an update one broker round trip sooner, and the guard
-           and the deterministic fold keep that safe (docs/notes/022);
-        7. offsets: once both 5 and 6 are done, the batch's events acked, so Faust's next
+        6. offsets: once both 3 and 5 are done, the batch's events acked, so Faust's next
            commit may pass them.
 
         With ``flight.after``, the batch before it, this one is folded while that one
-        waits for the broker and Redis (``run``: when a whole batch is waiting behind it).
-        The fold reads what that batch put in the store; this batch's rows and records
-        follow once that batch's records are confirmed (a re-send of those must never
-        overtake these), its Redis write once that batch's is done, and its ack once
-        that batch is acked. ``flight`` says when this batch's rows are in (the next
-        batch may fold), when it is delivered and when it is in Redis.
+        waits for the broker or Redis (``run``). The fold reads what that batch put in
+        the store; this batch's Redis write follows that batch's, its records follow once
+        that batch's are confirmed (a re-send of those must never overtake these), and
+        its ack once that batch is acked. ``flight`` says when this batch's rows are in
+        (the next batch may fold), when it is delivered and when it is in Redis.
 
         The agent's concurrency stays 1, so a commit never passes a message still being
         folded either (faust-streaming #606).
@@ -153,23 +164,26 @@ class Committer:
             folded = cpu()
             stats.observe_age("folded", stamp)
             publisher = parts.publisher()
-            if after is not None:
-                await after.delivered
             publishing = time.perf_counter()
-            try:  # no await before the rows go in (send): see observe_rows
+            try:  # no await before the rows go in (stage): see observe_rows
                 stats.observe_rows(result)
             except Exception:
                 log.exception("census of a batch not moved")
-            sending = publisher.send(result)  # 2, 3, 4
+            sending = publisher.stage(result)  # 2
             table.kept.remember(result.sessions)  # the next batch's fold recalls them
             flight.sent.set_result(None)
             flight.after = None  # what ``landed`` follows only while a batch has not sent
+            writing = asyncio.ensure_future(self._redis_write(sending, flight, after, stamp))  # 3
+        try:  # out of the lock: the next batch may fold meanwhile (a sweep waits: ``landed``)
+            if after is not None:
+                await after.delivered
+            publisher.dispatch(sending)  # 4
+        except BaseException:
+            _abandon(writing)
+            raise
         sent = cpu()
         stats.observe_age("sent", stamp)
-        await asyncio.gather(
-            self._delivered(sending, flight, stamp),
-            self._redis_write(sending, flight, after, stamp),
-        )
+        await asyncio.gather(self._delivered(sending, flight, stamp), writing)
         stats.publish_seconds.observe(time.perf_counter() - publishing)
         landed = cpu()
         if after is not None:
@@ -187,6 +201,7 @@ class Committer:
         stats.observe_age("acked", stamp)
 
     async def _delivered(self, sending: Sending, flight: Flight, stamp: float | None) -> None:
+        assert sending.confirmed is not None  # dispatched
         await sending.confirmed  # 5
         self.parts.stats.observe_age("delivered", stamp)
         if not flight.delivered.done():  # done: the batch failed meanwhile (Redis)
@@ -199,7 +214,7 @@ class Committer:
             await after.cached  # Redis writes in batch order
         stats = self.parts.stats
         with stats.redis_seconds.time():
-            await self.parts.publisher().cache(sending)  # 6
+            await self.parts.publisher().cache(sending)  # 3
         stats.observe_age("cached", stamp)
         if not flight.cached.done():  # done: the batch failed meanwhile (its delivery)
             flight.cached.set_result(None)
@@ -215,20 +230,25 @@ class Committer:
             await asyncio.shield(flight.done)  # each batch is acked after the one before
 
     async def run(self, batches: AsyncIterator[Any], batch_max: int) -> None:
-        """Each batch committed in turn. A worker a whole batch (``batch_max``) behind
-        folds the next batch while the last one waits for the broker and Redis, so it
-        spends its core on folding instead of waiting (``commit``; note 016); otherwise
-        each batch is committed before the next is taken, which publishes sooner at a
-        fraction of capacity."""
+        """Each batch committed in turn, up to ``IN_FLIGHT`` of them unacked. A worker a
+        whole batch (``batch_max``) behind folds the next batch as soon as the last one's
+        rows are stored, so it spends its core on folding instead of waiting (``commit``;
+        note 016; ``IN_FLIGHT_BEHIND``); otherwise the next batch is taken once the last
+        one is in Redis, while its records are still waiting for the broker: a broker
+        slow to confirm holds the offsets, not the updates (note 022)."""
+        flying: deque[Flight] = deque()
         try:
             async for batch in batches:
                 behind = getattr(batch, "behind", 0) >= batch_max
-                last = self.last
-                if last is not None and last.done.done():
-                    last.done.result()  # what the batch before raised stops the agent here
-                    last = None
+                while flying and flying[0].done.done():
+                    flying.popleft().done.result()  # what a batch raised stops the agent here
+                last = flying[-1] if flying else None
                 flight = self.take(batch, last)
-                await asyncio.shield(flight.sent if behind else flight.done)
+                flying.append(flight)
+                await asyncio.shield(flight.sent if behind else flight.cached)
+                while len(flying) >= (IN_FLIGHT_BEHIND if behind else IN_FLIGHT):
+                    await asyncio.shield(flying[0].done)
+                    flying.popleft().done.result()
             await self.landed()
         except asyncio.CancelledError:
             # Shutdown (SIGTERM): finish the batches in hand and ack them, so the final
@@ -237,6 +257,15 @@ class Committer:
             if last is not None:
                 await asyncio.wait_for(last.done, 30)
             raise
+
+
+def _abandon(task: "asyncio.Future[None]") -> None:
+    """A batch's Redis write, no longer awaited: the batch failed before its records left
+    (the batch before it failed). Cancelled if still waiting, its outcome retrieved."""
+    if not task.done():
+        task.cancel()
+    else:
+        task.cancelled() or task.exception()
 
 
 def to_messages(batch: list[Any]) -> list[Message]:

@@ -254,10 +254,16 @@ class Outbox:
     def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
         """A row into its partition's store and changelog; None deletes it (a tombstone
         there too, so a restore from the changelog drops it as well)."""
+        self.store_row(key, row, partition)
+        return self.send_row(key, row, partition)
+
+    def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
         if row is None:
             self.table.delete(key, partition)
         else:
             self.table.put(key, row, partition)
+
+    def send_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
         return self.sender.add(
             self.table.changelog, partition, key, row, on_sent=self.table.persisted
         )

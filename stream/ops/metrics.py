@@ -122,7 +122,7 @@ class Metrics:
             ),
             redis_seconds=Histogram(
                 "stream_redis_write_seconds",
-                "Time to write a delivered batch to Redis (part of stream_publish_seconds)",
+                "Time to write a batch's updates to Redis (part of stream_publish_seconds)",
                 buckets=seconds,
                 registry=r,
             ),

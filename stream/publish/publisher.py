@@ -20,8 +20,10 @@ fold. Its duties, each in a module of its own:
    first, then the Redis drop, then the tombstones on the changelog and the output topic
    (no tombstone while the drop is only queued): the order that survives a crash.
 
-The worker's order per batch is ``send`` (to Kafka), then ``cache`` (to Redis) while the
-records are in flight, and the ack once both are done (``stream.app.commit``; note 022).
+The worker's order per batch is ``stage`` (rows into the store), ``cache`` (to Redis) and,
+once the batch before it is confirmed, ``dispatch`` (to Kafka), the Redis write running
+while the records wait and fly; the ack once both are done (``stream.app.commit``; note
+022).
 """
 
 import asyncio
@@ -97,28 +99,48 @@ class Publisher:
 
     # -- one batch -------------------------------------------------------------------
     def send(self, result: BatchResult) -> "Sending":
-        """Every record of the batch: per session its row and its output record, the
-        partition rows, the dead letters. The rows are in the store and the records on
-        their way when this returns (no await in between); ``Sending.confirmed`` resolves
-        on the broker's confirmation of every one, and ``cache`` may take it meanwhile."""
+        """``stage`` and ``dispatch`` in one: the rows in the store and the records on
+        their way when this returns."""
+        sending = self.stage(result)
+        self.dispatch(sending)
+        return sending
+
+    def stage(self, result: BatchResult) -> "Sending":
+        """A folded batch's rows (each session's, the partitions') into the store, and its
+        updates built: the next batch may fold, and ``cache`` may take it, before its
+        records are sent (``dispatch``)."""
         gen = self.generation
         updates = [SessionUpdate.from_change(c, gen) for c in result.sessions]
+        outbox = self.outbox
+        for change in result.sessions:
+            outbox.store_row(change.key, change.row, change.partition)
+        for part in result.partitions:
+            outbox.store_row(PARTITION_KEY, part.row, part.partition)
+        return Sending(result, updates)
+
+    def dispatch(self, sending: "Sending") -> None:
+        """Every record of a staged batch: per session its row's changelog record and its
+        output record, the partition rows', the dead letters; on their way when this
+        returns. ``Sending.confirmed`` resolves on the broker's confirmation of every
+        one. A re-sending sends the records again and leaves the store alone: a later
+        batch may have stored newer rows meanwhile."""
+        result, updates = sending.result, sending.updates
 
         def records() -> list[Awaitable[Any]]:
             futures: list[Awaitable[Any]] = []
             outbox = self.outbox
             for change, u in zip(result.sessions, updates, strict=True):
-                futures.append(outbox.write_row(change.key, change.row, change.partition))
+                futures.append(outbox.send_row(change.key, change.row, change.partition))
                 if u.replaces is not None:  # an expired life: its tombstone first
                     futures.append(outbox.send_update(change.key, None, []))
                 futures.append(outbox.send_update(change.key, u.payload, u.headers()))
             for part in result.partitions:
-                futures.append(outbox.write_row(PARTITION_KEY, part.row, part.partition))
+                futures.append(outbox.send_row(PARTITION_KEY, part.row, part.partition))
             for letter in result.dead_letters:
                 futures.append(outbox.send_dead_letter(letter))
             return futures
 
-        return Sending(result, updates, confirmed(records, "records of a batch", records()))
+        sending.confirmed = confirmed(records, "records of a batch", records())
 
     async def left(self) -> None:
         """Until the records sent so far are on their way to the broker: a step that then
@@ -267,12 +289,12 @@ class Publisher:
 
 @dataclass
 class Sending:
-    """A batch on its way (``Publisher.send``): its output records, and the broker's
-    confirmation of every record to await before ``Publisher.cache``."""
+    """A batch on its way (``Publisher.stage``): its output records, and once dispatched
+    the broker's confirmation of every record, to await before its ack."""
 
     result: BatchResult
     updates: list[SessionUpdate]
-    confirmed: Awaitable[None]
+    confirmed: Awaitable[None] | None = None  # set by ``Publisher.dispatch``
 
 
 __all__ = ["Outbox", "PermanentRedisError", "Publisher", "RedisState", "Sending"]

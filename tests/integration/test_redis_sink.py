@@ -190,6 +190,8 @@ class _NoKafka:
     def write_row(self, key: bytes, row: bytes, partition: int) -> Awaitable[Any]:
         raise AssertionError("no Kafka in this test")
 
+    store_row = send_row = write_row
+
     def send_update(
         self, key: bytes, payload: bytes, headers: list[tuple[str, bytes]]
     ) -> Awaitable[Any]:

@@ -70,8 +70,14 @@ class Outbox:
         return self.gates[-1]
 
     def write_row(self, key: bytes, row: bytes | None, partition: int) -> "asyncio.Future[None]":
+        self.store_row(key, row, partition)
+        return self.send_row(key, row, partition)
+
+    def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
         assert row is not None
         self.table.rows[(partition, key)] = row
+
+    def send_row(self, key: bytes, row: bytes | None, partition: int) -> "asyncio.Future[None]":
         return self._sent("row", key)
 
     def send_update(

@@ -4,11 +4,13 @@
 Kafka, Faust or Redis, nothing patched."""
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from stream.app.commit import Flight
+from stream.app.commit import IN_FLIGHT, Flight
 from stream.publish.redis_sink import PermanentRedisError
 from stream.session.batch import PARTITION_KEY
 from tests.unit.app.memory import Harness, batches, harness, turns
@@ -39,13 +41,13 @@ def test_the_next_batch_folds_while_the_last_waits_and_nothing_of_it_overtakes(
         await a.sent
         b = r.committer.take(second, a)
         await turns()
-        # The second batch is folded, on the rows the first put in the store; none of its
-        # records leave before the first batch's are confirmed, nor its Redis write (the
-        # first batch's went while its records were in flight).
+        # The second batch is folded, on the rows the first put in the store, and its
+        # rows stored and written to Redis after the first batch's (docs/notes/022); none
+        # of its records leave before the first batch's are confirmed.
         assert r.folds == [0, 20]
-        assert not b.sent.done()
+        assert b.sent.done() and b.cached.done() and not b.delivered.done()
         assert {n for _, _, n in r.outbox.sent} == {0}
-        assert len(r.sink.writes) == 1 and r.acked == []
+        assert len(r.sink.writes) == 2 and r.acked == []
         r.outbox.gate().set_result(None)  # what the second batch will be sent under
         held.set_result(None)
         await b.sent
@@ -228,3 +230,66 @@ def test_a_failed_delivery_is_re_sent_and_the_batch_acked_only_once_it_is_confir
         assert r.acked == [0] and len(r.sink.writes) == 1
 
     asyncio.run(run())
+
+
+async def _source(items: list[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+def test_a_broker_slow_to_confirm_holds_the_offsets_not_the_updates(tmp_path: Path) -> None:
+    """``run``: the next batch is taken once the last one is in Redis, up to ``IN_FLIGHT``
+    unacked; the records wait for the broker in batch order, and so do the acks."""
+    serial = one_after_the_other(tmp_path)
+
+    async def run() -> Harness:
+        r = harness(tmp_path / "slow")
+        held = r.outbox.gate()
+        running = asyncio.ensure_future(r.committer.run(_source(batches((10,) * 6)), 10_000))
+        await turns(200)
+        # As many batches as may be in flight reached Redis; none was acked, and only the
+        # first batch's records left.
+        assert len(r.sink.writes) == IN_FLIGHT and r.acked == []
+        assert r.folds == [0, 10, 20, 30]
+        first = {key for kind, key, _ in r.outbox.sent}
+        assert len(first) <= 3  # the first batch's two sessions and its partition row
+        r.outbox.gate().set_result(None)  # what the later batches go out under
+        held.set_result(None)
+        await asyncio.wait_for(running, 5)
+        return r
+
+    slow = asyncio.run(run())
+    assert slow.acked == [0, 10, 20, 30, 40, 50]
+    # Six batches of ten carry the same updates as three of twenty, in the same order.
+    final = {}
+    for write in slow.sink.writes:
+        final.update(dict(write))
+    assert final == {s: n for write in serial.sink.writes for s, n in write}
+    assert slow.table.rows == serial.table.rows
+
+
+def test_a_re_sending_leaves_newer_rows_in_the_store(tmp_path: Path) -> None:
+    """A batch's records are re-sent after the next batch stored its rows: the store keeps
+    the newer rows (a re-sending sends records, it stores nothing)."""
+    serial = one_after_the_other(tmp_path)
+
+    async def run() -> Harness:
+        r = harness(tmp_path / "resent")
+        first, second, third = batches((20, 20, 20))
+        refused = r.outbox.gate()
+        a = r.committer.take(first)
+        await a.cached
+        b = r.committer.take(second, a)
+        await b.cached  # its rows are stored, its records wait for the first batch's
+        again = r.outbox.gate()
+        refused.set_exception(ConnectionError("broker gone"))
+        await asyncio.sleep(0.5)  # the re-send's backoff (0.2 s)
+        again.set_result(None)
+        await b.done
+        c = r.committer.take(third, None)
+        await c.done
+        return r
+
+    resent = asyncio.run(run())
+    assert resent.acked == [0, 20, 40]
+    assert resent.table.rows == serial.table.rows

@@ -74,6 +74,7 @@ class FakeOutbox:
         self.log: list[tuple[str, Any]] = []
         self.calls = 0
         self.journal: list[str] | None = None
+        self.stored: list[tuple[bytes, bytes | None, int]] = []  # rows into the store
 
     def _future(self, kind: str, item: Any) -> Awaitable[Any]:
         self.calls += 1
@@ -91,6 +92,11 @@ class FakeOutbox:
 
     def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
         return self._future("row", (key, row, partition))
+
+    def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
+        self.stored.append((key, row, partition))
+
+    send_row = write_row
 
     def send_update(
         self, key: bytes, payload: bytes | None, headers: list[tuple[str, bytes]]
