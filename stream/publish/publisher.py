@@ -5,9 +5,9 @@ fold. Its duties, each in a module of its own:
 
 1. Kafka, delivery before ack (``publish.kafka``): every record the batch produces —
    changelog rows, output updates (``output.record``: the payload and headers), dead
-   letters — is confirmed by the broker before ``send``'s result resolves (and so before
-   the batch's offsets can be acked and committed). A failed send is re-sent with backoff;
-   the batch is held, never committed past.
+   letters — is confirmed by the broker before ``dispatch``'s ``Sending.confirmed``
+   resolves (and so before the batch's offsets can be acked and committed). A failed
+   send is re-sent with backoff; the batch is held, never committed past.
 2. Redis, a cache of the output topic (``cache``, through ``publish.queue``): written in
    one round trip, or, while Redis is away, queued for a background writer, so an outage
    never stalls consumption; a permanent failure stops the worker loudly.
@@ -98,13 +98,6 @@ class Publisher:
         return self.queue.max_pending_bytes
 
     # -- one batch -------------------------------------------------------------------
-    def send(self, result: BatchResult) -> "Sending":
-        """``stage`` and ``dispatch`` in one: the rows in the store and the records on
-        their way when this returns."""
-        sending = self.stage(result)
-        self.dispatch(sending)
-        return sending
-
     def stage(self, result: BatchResult) -> "Sending":
         """A folded batch's rows (each session's, the partitions') into the store, and its
         updates built: the next batch may fold, and ``cache`` may take it, before its

@@ -139,20 +139,22 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
 
 
-def test_the_fetch_wait_is_short_by_default_and_bounded() -> None:
-    assert Settings.from_env({}).fetch_max_wait == 0.05
-    assert Settings.from_env({"STREAM_FETCH_MAX_WAIT": "0.2"}).fetch_max_wait == 0.2
-    for raw in ("0", "-1", "31", "soon"):
-        with pytest.raises(ConfigError, match="STREAM_FETCH_MAX_WAIT"):
-            Settings.from_env({"STREAM_FETCH_MAX_WAIT": raw})
-
-
-def test_the_switch_interval_is_short_by_default_and_bounded() -> None:
-    assert Settings.from_env({}).switch_interval == 0.0005
-    assert Settings.from_env({"STREAM_SWITCH_INTERVAL": "0.005"}).switch_interval == 0.005
-    for raw in ("0", "-1", "0.5", "soon"):
-        with pytest.raises(ConfigError, match="STREAM_SWITCH_INTERVAL"):
-            Settings.from_env({"STREAM_SWITCH_INTERVAL": raw})
+@pytest.mark.parametrize(
+    ("name", "default", "raw", "value", "refused"),
+    [
+        ("STREAM_FETCH_MAX_WAIT", 0.05, "0.2", 0.2, ("0", "-1", "31", "soon")),
+        ("STREAM_SWITCH_INTERVAL", 0.0005, "0.005", 0.005, ("0", "-1", "0.5", "soon")),
+    ],
+)
+def test_short_waits_are_short_by_default_and_bounded(
+    name: str, default: float, raw: str, value: float, refused: tuple[str, ...]
+) -> None:
+    field = field_of(name)
+    assert getattr(Settings.from_env({}), field) == default
+    assert getattr(Settings.from_env({name: raw}), field) == value
+    for bad in refused:
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: bad})
 
 
 @pytest.mark.parametrize(

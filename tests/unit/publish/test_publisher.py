@@ -209,8 +209,11 @@ def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult:
 
 
 async def publish(publisher: Publisher, result: BatchResult) -> None:
-    """The worker's order per batch: the records out to Kafka, confirmed, then to Redis."""
-    sending = publisher.send(result)
+    """A batch staged, its records out to Kafka and confirmed, then to Redis (the worker
+    writes Redis without waiting for the confirmation: ``stream.app.commit``)."""
+    sending = publisher.stage(result)
+    publisher.dispatch(sending)
+    assert sending.confirmed is not None
     await sending.confirmed
     await publisher.cache(sending)
 
