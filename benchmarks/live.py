@@ -7,7 +7,14 @@ to every session channel (``PSUBSCRIBE {prefix}session:*``, raw RESP so it stays
 stamps each update on arrival; an update's latency is its arrival minus the produce time
 of the event whose ``seq`` it carries: produce to Redis, broker and worker included.
 
+The floor (``Relay``): what the fastest plain Python service on this machine does with the
+same load, timed the same way. A librdkafka consumer hands each event, unchanged, to Redis
+(``SET`` and ``PUBLISH`` on the session's channel, one pipeline per poll): one fetch and one
+Redis round trip per update, no fold, no store, no output records. The worker's latency is
+read against it as well as against the broker's produce-ack.
+
     python -m benchmarks.live subscribe REDIS_URL PATTERN OUT   # the subscriber process
+    python -m benchmarks.live relay BOOTSTRAP TOPIC REDIS_URL PREFIX   # the floor's relay
 """
 
 import os
@@ -147,6 +154,79 @@ class Subscriber:
             self.process.wait(10)
 
 
+# --- the floor: a plain consumer relaying to Redis ------------------------------------------
+
+
+def relay(bootstrap: str, topic: str, url: str, prefix: str) -> None:
+    """Each event of ``topic`` to Redis as it arrives (``SET {prefix}floor:{key}`` and
+    ``PUBLISH {prefix}session:{key}``), until SIGTERM. Every partition is assigned at its
+    end: no group, so nothing waits for a rebalance."""
+    import redis
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    stopping = False
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{prefix}floor",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,  # the worker's STREAM_FETCH_MAX_WAIT
+        }
+    )
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in partitions])
+    client = redis.Redis.from_url(url)
+    floor, channel = f"{prefix}floor:".encode(), f"{prefix}session:".encode()
+    while not stopping:
+        # The first waits; the rest are what has arrived (``consume`` alone would wait
+        # for all 10,000 or its timeout).
+        first = consumer.poll(0.2)
+        if first is None:
+            continue
+        messages = [first, *consumer.consume(10_000, 0)]
+        pipe = client.pipeline(transaction=False)
+        for message in messages:
+            key, value = message.key(), message.value()
+            if message.error() is None and key is not None and value is not None:
+                pipe.set(floor + key, value)
+                pipe.publish(channel + key, value)
+        pipe.execute()
+    consumer.close()
+
+
+@dataclass
+class Relay:
+    """The floor's relay process (``relay``)."""
+
+    bootstrap: str
+    topic: str
+    redis_url: str
+    prefix: str
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "benchmarks.live", "relay"),
+                *(self.bootstrap, self.topic, self.redis_url, self.prefix),
+            ],
+            cwd=REPO,
+            env=dict(os.environ),
+        )
+        time.sleep(2.0)  # assigned at the end before the load starts
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
 # --- the load ---------------------------------------------------------------------------------
 
 
@@ -250,6 +330,9 @@ def summary(values: list[float]) -> dict[str, float]:
 def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "subscribe":
         subscribe(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+        return
+    if len(sys.argv) == 6 and sys.argv[1] == "relay":
+        relay(*sys.argv[2:6])
         return
     raise SystemExit(__doc__)
 

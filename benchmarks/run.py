@@ -64,7 +64,7 @@ from benchmarks.infra import (
     placed,
     produce_backlog,
 )
-from benchmarks.live import Load, Subscriber, latencies, summary
+from benchmarks.live import Load, Relay, Subscriber, latencies, summary
 from stream import native
 
 SECTIONS = ("calibrate", "drain", "live", "scale", "replay", "fold", "lifecycle")
@@ -93,6 +93,7 @@ class Plan:
     live_warmup: float  # seconds at the first rate before measuring
     live_repeat: int  # sweeps per variant, each on a fresh worker (the p99 is bimodal)
     live_own_core: bool  # the worker on a core of its own, the load elsewhere (Placement)
+    live_floor: bool  # each step also timed through a plain relay first (``benchmarks.live``)
     drain_sessions: int
     drain_turns: int
     drain_segments: tuple[int, ...]
@@ -117,6 +118,7 @@ FULL = Plan(
     live_warmup=10,
     live_repeat=1,
     live_own_core=True,
+    live_floor=False,
     drain_sessions=40,
     drain_turns=30,
     drain_segments=(1, 16, 64),
@@ -141,6 +143,7 @@ SMOKE = Plan(
     live_warmup=1,
     live_repeat=1,
     live_own_core=True,
+    live_floor=True,
     drain_sessions=12,
     drain_turns=6,
     drain_segments=(1,),
@@ -219,6 +222,22 @@ def ack_verdict(row: dict[str, Any]) -> str:
     )
 
 
+def floor_verdict(row: dict[str, Any]) -> str:
+    """Our latency against the plain relay's at the same rate, just before (the floor of
+    one fetch and one Redis round trip on this machine), and the relay's against its own
+    produce-ack: how far below the ack targets the machine itself stays."""
+    ack50, ack99 = (
+        row["floor_lat_p50"] / row["floor_ack_p50"],
+        row["floor_lat_p99"] / row["floor_ack_p99"],
+    )
+    return (
+        f"a plain relay p50 {row['floor_lat_p50'] * 1000:.1f} ms, p99"
+        f" {row['floor_lat_p99'] * 1000:.1f} ms ({ack50:.1f}x / {ack99:.1f}x its own ack);"
+        f" ours {row['lat_p50'] / row['floor_lat_p50']:.1f}x /"
+        f" {row['lat_p99'] / row['floor_lat_p99']:.1f}x the relay"
+    )
+
+
 def _rate(events_per_s: float) -> int:
     """A step's rate: to the hundred, at least 100 events/s."""
     return max(100, round(events_per_s / 100) * 100)
@@ -263,6 +282,8 @@ def live_sweep(
     # Enough turns that the sweep does not run out of events (the 40 generated logs are
     # shared round-robin): grown until the shortest log holds what a session needs.
     needed = warm_up * plan.live_warmup + sum(r for r, _ in steps) * plan.live_seconds
+    if plan.live_floor:  # the floor's own sessions replay the same logs
+        needed = max(needed, (warm_up + sum(r for r, _ in steps)) * (plan.live_seconds + 2))
     per_session = needed / plan.live_sessions * 1.2
     turns = plan.live_turns
     while True:
@@ -283,6 +304,17 @@ def live_sweep(
     )
     subscriber.start()
     load = Load(infra.bootstrap, scenario.input_topic, sessions)
+    relay: Relay | None = None
+    if plan.live_floor:
+        floor_topic = f"{scenario.input_topic}-floor"
+        infra.create_topic(floor_topic, scenario.partitions)
+        relay = Relay(infra.bootstrap, floor_topic, infra.redis_url, scenario.prefix)
+        relay.start()
+        floor_load = Load(
+            infra.bootstrap,
+            floor_topic,
+            [(f"floor-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)],
+        )
     others = {**infra.server_pids(), "load": os.getpid()}
     if subscriber.process is not None:
         others["subscriber"] = subscriber.process.pid
@@ -292,6 +324,8 @@ def live_sweep(
         # Warm-up, not measured: the broker's JIT, the worker's first rows and connections.
         load.run(warm_up, plan.live_warmup)
         scenario.wait_accounted(load.total, timeout=120)
+        if relay is not None:
+            floor_load.run(warm_up, 2.0)
         time.sleep(1.0)
         seen = len(subscriber.arrivals())
         for most, fraction in steps:
@@ -309,6 +343,9 @@ def live_sweep(
             log(
                 f"live: {rate:,} events/s{share} over {plan.live_sessions} sessions {variant or ''}"
             )
+            floor: dict[str, float] = {}
+            if relay is not None:  # the same rate through the plain relay, just before
+                floor, seen = _floor_step(floor_load, subscriber, seen, rate, plan.live_seconds)
             before = _counters(infra, worker, scenario)
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
             other0 = {name: cpu_seconds(pid) for name, pid in others.items()}
@@ -371,6 +408,7 @@ def live_sweep(
                 **{f"lat_{k}": v for k, v in lat.items()},
                 # The broker's produce-ack of the same step's events: the floor read beside ours.
                 **{f"ack_{k}": v for k, v in ack.items()},
+                **floor,
                 **_per_event(before, after, sent),
             }
             rows.append(row)
@@ -391,7 +429,31 @@ def live_sweep(
     finally:
         subscriber.stop()
         worker.stop()
+        if relay is not None:
+            relay.stop()
     return rows
+
+
+def _floor_step(
+    load: Load, subscriber: Subscriber, seen: int, rate: int, seconds: float
+) -> tuple[dict[str, float], int]:
+    """``rate`` for ``seconds`` through the plain relay (``benchmarks.live``): its update
+    latency and the produce-ack of the same events; and the arrivals seen so far."""
+    acked = len(load.acks)
+    load.run(rate, seconds)
+    time.sleep(1.0)  # the subscriber's last flush
+    arrivals = subscriber.arrivals()
+    lat = summary(latencies(arrivals[seen:], load.produced_at))
+    ack = summary(load.acks[acked:])
+    found = {
+        **{f"floor_lat_{k}": v for k, v in lat.items()},
+        **{f"floor_ack_{k}": v for k, v in ack.items()},
+    }
+    log(
+        f"  the plain relay: p50 {lat['p50'] * 1000:.1f} ms, p99 {lat['p99'] * 1000:.1f} ms"
+        f" (its produce-ack p50 {ack['p50'] * 1000:.1f} ms, p99 {ack['p99'] * 1000:.1f} ms)"
+    )
+    return found, len(arrivals)
 
 
 def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[str, float]:
@@ -766,6 +828,8 @@ def render(result: dict[str, Any]) -> str:
         )
         if row.get("ack_n"):
             add("  broker", f"at {row['rate']:,}/s", ack_verdict(row))
+        if row.get("floor_lat_n"):
+            add("  floor", f"at {row['rate']:,}/s", floor_verdict(row))
         if row.get("events"):
             add("  regime", f"at {row['rate']:,}/s", regime(row, result["plan"]["live_sessions"]))
         cleared = row.get("clear_seconds")
@@ -949,7 +1013,7 @@ def main() -> None:
         )
         plan = Plan(**{**plan.__dict__, "live_variants": ((), *extra)})
     if args.shared_cores:
-        plan = Plan(**{**plan.__dict__, "live_own_core": False})
+        plan = Plan(**{**plan.__dict__, "live_own_core": False, "live_floor": True})
     if args.live_repeat > 0:
         plan = Plan(**{**plan.__dict__, "live_repeat": args.live_repeat})
     if {"drain", "calibrate"} & set(only) and "quix" in plan.drain_systems:

@@ -192,15 +192,27 @@ class Settings:
         " partitions; note 016)",
         unit="s",
     )
+    consumer_thread: bool = setting(  # off: the consumer on the worker's loop (note 023)
+        "STREAM_CONSUMER_THREAD",
+        False,
+        flag,
+        group=BATCHES,
+        help="run the Kafka consumer on a thread of its own (Faust's way)",
+        doc="`1`: the Kafka consumer runs on a thread and event loop of its own, as Faust"
+        " runs it; by default it runs on the worker's loop, which takes every fetch a"
+        " thread hand-over sooner (3 ms at the median at 6,000 events/s on two shared"
+        " cores; [note 023](docs/notes/023-the-consumer-on-the-worker-loop.md))",
+    )
     switch_interval: float = setting(  # sys.setswitchinterval (stream.runtime.tune_switch)
         "STREAM_SWITCH_INTERVAL",
         0.0005,
         number(0.0001, 0.1),
         group=BATCHES,
         help="longest a thread holds the interpreter while another waits",
-        doc="longest the worker's loop holds the interpreter while Faust's consumer thread"
-        " waits to read a fetch (CPython's own 5 ms put every fetch milliseconds behind on a"
-        " busy loop; note 022)",
+        doc="longest the worker's loop holds the interpreter while another thread waits: the"
+        " restore's writers, and with `STREAM_CONSUMER_THREAD=1` Faust's consumer thread,"
+        " to read a fetch (CPython's own 5 ms put every fetch milliseconds behind on a busy"
+        " loop; note 022)",
         unit="s",
     )
     commit_interval: float = setting(

@@ -37,6 +37,7 @@ from faust.transport.consumer import CONSUMER_FETCHING, ensure_TP
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ack_lock
+from mode.utils.futures import maybe_async
 
 from stream.app import bulkqueue
 from stream.app.backoff import quiet_aiokafka, with_backoff
@@ -223,7 +224,9 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                 self.log.info("%s: not fetched again (%r)", tp, error)
 
     def _new_consumer_thread(self) -> "BackoffConsumerThread":
-        return BackoffConsumerThread(self, loop=self.loop, beacon=self.beacon)
+        if getattr(self.transport, "consumer_thread", True):
+            return BackoffConsumerThread(self, loop=self.loop, beacon=self.beacon)
+        return InlineConsumerThread(self, loop=self.loop, thread_loop=self.loop, beacon=self.beacon)
 
     _seek_epoch = 0  # bumped by every seek: records fetched before it are fetched again
 
@@ -472,12 +475,57 @@ class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return consumer
 
 
+class InlineConsumerThread(BackoffConsumerThread):
+    """Faust's consumer "thread" run on the worker's own loop: no thread, no loop of its
+    own, every call to it a plain await.
+
+    Faust runs aiokafka on a thread with its own event loop, and each fetch crosses over
+    twice: the drain loop asks through a method queue, the thread answers through the
+    worker's loop. Under the interpreter lock the thread never runs beside the fold; it
+    takes turns with it, and each turn waits for the loop to let go. On two shared cores
+    at 6,000 events/s a fetch reached the drain loop 9.6-11.2 ms after its produce on the
+    thread, 6.5-7.5 ms here (docs/notes/023). aiokafka's fetcher, coordinator and
+    heartbeat are tasks on the worker's loop instead; the loop never holds a batch long
+    enough to miss a heartbeat (a whole ``STREAM_BATCH_MAX`` batch folds in well under a
+    second, against a session timeout of seconds).
+    """
+
+    async def start(self) -> None:
+        # mode's ServiceThread.start, without the thread: ``_serve`` (the service's own
+        # start, the method queue, then waiting until stopped) runs as a task of this loop,
+        # and start returns once it is running, as with a thread.
+        self._thread_started.set()
+        self._thread_running = self.parent_loop.create_future()
+        self._serving = asyncio.ensure_future(self._serve())
+        try:
+            await self._thread_running
+        finally:
+            self._thread_running = None
+
+    async def stop(self) -> None:
+        await super().stop()
+        serving: asyncio.Future[None] | None = getattr(self, "_serving", None)
+        if serving is not None:
+            await asyncio.gather(serving, return_exceptions=True)  # its shutdown, to the end
+
+    async def _gather_remaining_tasks(self) -> None:
+        """mode cancels every task left on the thread's loop; here that loop is the
+        worker's, whose tasks its own shutdown gathers."""
+
+    async def call_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await maybe_async(fun(*args, **kwargs))
+
+    async def cast_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.add_future(maybe_async(fun(*args, **kwargs)))
+
+
 class BulkTransport(faust_aiokafka.Transport):
     Consumer = BulkConsumer
     Producer = BackoffProducer
     bulk_topics: frozenset[str] = frozenset()
     bulk_bytes: int | None = None  # input bytes handed over and not yet in a batch (install)
     fetch_max_wait_ms: int | None = None
+    consumer_thread = True  # False: the consumer on the worker's loop (InlineConsumerThread)
     # Each fetch's records' age as they are handed over (``worker.assemble``: the metric).
     record_age: Callable[[float], None] | None = None
 
@@ -487,6 +535,7 @@ def install(
     topics: Iterable[str],
     fetch_max_wait: float | None = None,
     max_buffered_bytes: int | None = None,
+    consumer_thread: bool = True,
 ) -> BulkTransport:
     """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
     backoff clients, and aiokafka's repeated log lines rate-limited.
@@ -499,10 +548,14 @@ def install(
     seconds behind at a fraction of its capacity (docs/notes/016).
 
     ``max_buffered_bytes``: the bytes of input handed over and not yet in a batch, on the
-    queue and waiting for a turn each (``batches``); None: only the record count bounds."""
+    queue and waiting for a turn each (``batches``); None: only the record count bounds.
+
+    ``consumer_thread``: Faust's consumer thread; False runs the consumer on the app's
+    loop (``InlineConsumerThread``)."""
     transport = BulkTransport(app.conf.broker_consumer, app)
     transport.bulk_topics = frozenset(topics)
     transport.bulk_bytes = max_buffered_bytes
+    transport.consumer_thread = consumer_thread
     if fetch_max_wait is not None:
         transport.fetch_max_wait_ms = max(1, round(fetch_max_wait * 1000))
     app.transport = transport
@@ -510,4 +563,11 @@ def install(
     return transport
 
 
-__all__ = ["BackoffConsumerThread", "BulkConsumer", "BulkTransport", "Holes", "install"]
+__all__ = [
+    "BackoffConsumerThread",
+    "BulkConsumer",
+    "BulkTransport",
+    "Holes",
+    "InlineConsumerThread",
+    "install",
+]

@@ -45,6 +45,12 @@ RELIED_ON: Final[dict[str, str]] = {
     "_seek": "faust aiokafka ConsumerThread: called, one partition's seek (fetch)",
     "_create_consumer": "faust ConsumerThread: overridden, the aiokafka consumer (fetch)",
     "_stopped": "mode Service: the fetcher's stop event (fetch)",
+    # mode.threads.ServiceThread: the consumer thread started on the worker's loop
+    "_thread_started": "mode ServiceThread: set, started once (fetch, inline consumer)",
+    "_thread_running": "mode ServiceThread: the future _serve notifies (fetch, inline)",
+    "_serve": "mode ServiceThread: run as a task of the worker's loop (fetch, inline)",
+    "_gather_remaining_tasks": "mode ServiceThread: overridden, the loop is the worker's"
+    " (fetch, inline)",
     "_tp_index": "faust Conductor: channels by topic partition (fetch, restore)",
     # mode.utils.queues.ThrowableQueue and FlowControlEvent: the agent's queue
     "_clear_on_resume": "mode ThrowableQueue: turned off for the agent's queue (batching)",

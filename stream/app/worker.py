@@ -326,7 +326,11 @@ def assemble(
     tune_switch(settings.switch_interval)  # before the consumer thread starts
     app = faust_app(settings, partitions)  # 1
     transport = fetch.install(
-        app, [settings.input_topic], settings.fetch_max_wait, settings.max_buffered_bytes
+        app,
+        [settings.input_topic],
+        settings.fetch_max_wait,
+        settings.max_buffered_bytes,
+        consumer_thread=settings.consumer_thread,
     )
     inflate.install(inflate.Bounds(settings.max_inflated_bytes, settings.max_inflated_bytes))
     source = app.topic(settings.input_topic, partitions=partitions, **RAW)  # 2

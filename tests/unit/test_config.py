@@ -88,6 +88,7 @@ FLAGS = {
     "STREAM_WEB_ENABLED",
     "STREAM_RESETS",
     "REDIS_CLUSTER",
+    "STREAM_CONSUMER_THREAD",
 }
 # Read with their own rules, tested below.
 OTHERS = {
@@ -137,6 +138,7 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert settings.batch_sessions == 100
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
+    assert settings.consumer_thread is False  # the consumer on the worker's loop (note 023)
 
 
 @pytest.mark.parametrize(
