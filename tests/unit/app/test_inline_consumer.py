@@ -34,15 +34,16 @@ def test_faust_s_thread_unless_told_and_the_worker_s_loop_when_told(
 ) -> None:
     _, threaded = consumer_thread(loop)
     assert type(threaded) is BackoffConsumerThread
-    assert threaded.thread_loop is not loop
+    assert threaded.thread_loop is not threaded.parent_loop  # a loop of its own
     threaded.thread_loop.close()
-    app, inline = consumer_thread(loop, consumer_thread=False)
+    _, inline = consumer_thread(loop, consumer_thread=False)
     assert type(inline) is InlineConsumerThread
-    assert inline.thread_loop is loop is inline.parent_loop is app.loop
+    assert inline.thread_loop is inline.parent_loop is inline.consumer.loop
 
 
 def test_calls_run_on_the_worker_s_loop_and_thread(loop: asyncio.AbstractEventLoop) -> None:
     _, inline = consumer_thread(loop, consumer_thread=False)
+    loop = inline.parent_loop  # the consumer's: the worker's loop
     here = threading.get_ident()
     seen: list[tuple[int, asyncio.AbstractEventLoop]] = []
 
