@@ -51,3 +51,6 @@ def test_the_benchmark_smoke_run_fills_every_section(
     assert result["fold"]["unpacked"]["ours"]["events"] > 0
     assert "live" in done.stdout and "drain" in done.stdout
     assert "  regime" in done.stdout and "events per session" in done.stdout
+    # Each step first through the plain relay (the floor), timed the same way.
+    assert all(row["floor_lat_n"] > 0 and row["floor_ack_n"] > 0 for row in result["live"])
+    assert "  floor" in done.stdout and "a plain relay" in done.stdout
