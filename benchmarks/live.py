@@ -118,23 +118,33 @@ def _parse(buffer: bytes, head: int, now: float, sink: Any) -> bytes:
     return buffer[pos:]
 
 
+class Child:
+    """A ``python -m benchmarks.live`` process of this bench (the subscriber, the relay),
+    stopped with SIGTERM."""
+
+    process: subprocess.Popen[bytes] | None = None
+
+    def spawn(self, *args: str, settle: float) -> None:
+        """Start it with ``args`` and give it ``settle`` seconds to be ready."""
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.live", *args], cwd=REPO, env=dict(os.environ)
+        )
+        time.sleep(settle)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
 @dataclass
-class Subscriber:
+class Subscriber(Child):
     redis_url: str
     pattern: str
     out: Path
-    process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "benchmarks.live", "subscribe"),
-                *(self.redis_url, self.pattern, str(self.out)),
-            ],
-            cwd=REPO,
-            env=dict(os.environ),
-        )
-        time.sleep(0.5)
+        self.spawn("subscribe", self.redis_url, self.pattern, str(self.out), settle=0.5)
 
     def arrivals(self) -> list[tuple[bytes, int, float]]:
         found = []
@@ -147,11 +157,6 @@ class Subscriber:
             if len(parts) == 3:
                 found.append((parts[0], int(parts[1]), float(parts[2])))
         return found
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
 
 
 # --- the floor: a plain consumer relaying to Redis ------------------------------------------
@@ -201,30 +206,17 @@ def relay(bootstrap: str, topic: str, url: str, prefix: str) -> None:
 
 
 @dataclass
-class Relay:
+class Relay(Child):
     """The floor's relay process (``relay``)."""
 
     bootstrap: str
     topic: str
     redis_url: str
     prefix: str
-    process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "benchmarks.live", "relay"),
-                *(self.bootstrap, self.topic, self.redis_url, self.prefix),
-            ],
-            cwd=REPO,
-            env=dict(os.environ),
-        )
-        time.sleep(2.0)  # assigned at the end before the load starts
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
+        # settle: assigned at the end before the load starts
+        self.spawn("relay", self.bootstrap, self.topic, self.redis_url, self.prefix, settle=2.0)
 
 
 # --- the load ---------------------------------------------------------------------------------
