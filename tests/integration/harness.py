@@ -213,6 +213,16 @@ class Worker:
                 samples[name] = float(value)
         return samples
 
+    def counted(self) -> dict[str, float]:
+        """The worker's ``stream_events_total`` by outcome. A batch is counted here once
+        the broker confirmed its records, which may be after Redis shows its totals: wait
+        for these rather than read them when ``wait_accounted`` returns."""
+        samples = self.metrics()
+        return {
+            outcome: samples.get(f'stream_events_total{{outcome="{outcome}"}}', 0.0)
+            for outcome in ("folded", "duplicate", "faulted", "dead_lettered")
+        }
+
     def probe(self, path: str) -> int:
         """HTTP status of ``/livez`` or ``/readyz`` (0 when nothing answers)."""
         return self.page(path)[0]

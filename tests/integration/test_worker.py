@@ -189,6 +189,7 @@ def test_a_crash_before_commit_counts_nothing_twice(deployment: Deployment, tmp_
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
     before = deployment.stats()
+    wait_until(lambda: first.counted() == before, 30, "the counters to reach Redis's totals")
     messages = first.metrics()["stream_batch_messages_count"]
     first.kill()  # SIGKILL: no flush, no commit
     first.restart(STREAM_COMMIT_INTERVAL="2.8")
@@ -234,9 +235,13 @@ def test_two_workers_split_the_partitions_and_stay_exact(
     )
     deployment.stream("produce", *map(str, paths))
     deployment.wait_accounted(total)
-    folded = 'stream_events_total{outcome="folded"}'
-    assert a.metrics()[folded] > 0 and b.metrics()[folded] > 0
-    assert a.metrics()[folded] + b.metrics()[folded] == deployment.stats()["folded"]
+    folded = deployment.stats()["folded"]
+    wait_until(
+        lambda: a.counted()["folded"] + b.counted()["folded"] == folded,
+        30,
+        f"the two workers' counters to add up to {folded} folded",
+    )
+    assert a.counted()["folded"] > 0 and b.counted()["folded"] > 0
     _assert_exact(deployment, expected)
 
 
