@@ -71,13 +71,18 @@ def live(
 
 def ack_verdict(row: dict[str, Any]) -> str:
     """Our latency against the broker's produce-ack of the same events (issue target: p50
-    within ``ACK_TARGETS[0]``x and p99 within ``ACK_TARGETS[1]``x the ack's)."""
+    within ``ACK_TARGETS[0]``x and p99 within ``ACK_TARGETS[1]``x the ack's). The target
+    is judged only where everything shares the cores, as a demo user runs it: a worker on
+    a core of its own is measured against the ack, not judged."""
     p50, p99 = row["lat_p50"] / row["ack_p50"], row["lat_p99"] / row["ack_p99"]
-    ok = p50 <= ACK_TARGETS[0] and p99 <= ACK_TARGETS[1]
+    if row.get("placement", "shared") == "shared":
+        ok = p50 <= ACK_TARGETS[0] and p99 <= ACK_TARGETS[1]
+        judged = f"target <= {ACK_TARGETS[0]:g}x / {ACK_TARGETS[1]:g}x: {'met' if ok else 'MISSED'}"
+    else:
+        judged = "the target is judged on shared cores: --shared-cores"
     return (
         f"produce-ack p50 {row['ack_p50'] * 1000:.1f} ms, p99 {row['ack_p99'] * 1000:.1f} ms;"
-        f" ours {p50:.1f}x / {p99:.1f}x the ack (target <= {ACK_TARGETS[0]:g}x /"
-        f" {ACK_TARGETS[1]:g}x: {'met' if ok else 'MISSED'})"
+        f" ours {p50:.1f}x / {p99:.1f}x the ack ({judged})"
     )
 
 
