@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.drain import backlog, drain, drain_peer, events_per_s
 from benchmarks.infra import (
     REPO,
     Infra,
@@ -125,110 +126,11 @@ def calibrate(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
     found: dict[str, Any] = {"cpu_loop_ms": float(done.stdout) * 1000}
     log(f"calibrate: CPU loop {found['cpu_loop_ms']:.0f} ms")
     if "quix" in plan.drain_systems:
-        topic, messages, _ = _backlog(infra, work, plan, 1)
-        result = _drain_peer(infra, work, "quix", topic, messages)
-        found["quix_events_per_s"] = _events_per_s(result)
+        topic, messages, _ = backlog(infra, work, plan, 1)
+        result = drain_peer(infra, work, "quix", topic, messages)
+        found["quix_events_per_s"] = events_per_s(result)
         log(f"calibrate: Quix Streams {found['quix_events_per_s']:,.0f} events/s")
     return found
-
-
-# --- drain --------------------------------------------------------------------------------------
-
-
-_BACKLOGS: dict[tuple[str, int], tuple[str, int, int]] = {}
-
-
-def _backlog(infra: Infra, work: Path, plan: Plan, segment: int) -> tuple[str, int, int]:
-    """The drain corpus produced to a topic of its own, ``segment`` events per message:
-    (topic, messages, events); once per run and segment (every system reads the same)."""
-    key = (str(work), segment)
-    if key not in _BACKLOGS:
-        corpus = corpus_sessions(work / "drain-corpus", plan.drain_sessions, plan.drain_turns)
-        topic = f"drain-{segment}-{os.getpid()}-{time.monotonic_ns() % 100_000}"
-        infra.create_topic(topic, 6)
-        messages, events = produce_backlog(infra, topic, corpus, segment)
-        log(f"drain: {events:,} events in {messages:,} messages (segment {segment})")
-        _BACKLOGS[key] = (topic, messages, events)
-    return _BACKLOGS[key]
-
-
-def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
-    rows = []
-    for segment in plan.drain_segments:
-        topic, messages, events = _backlog(infra, work, plan, segment)
-        for system in plan.drain_systems:
-            if system == "ours":
-                result = _drain_ours(infra, work, topic, events)
-            else:
-                result = _drain_peer(infra, work, system, topic, messages)
-            rate = _events_per_s(result)
-            rows.append(
-                {
-                    "segment": segment,
-                    "system": system,
-                    "messages": messages,
-                    "events": events,
-                    "events_per_s": rate,
-                    "messages_per_s": rate / (events / messages),
-                }
-            )
-            log(f"  {system}: {rate:,.0f} events/s")
-    return rows
-
-
-def _events_per_s(drained: dict[str, Any]) -> float:
-    """A drain's rate: the events after the first poll that saw any, over its time."""
-    return float(drained["events"] - drained["before"]) / max(float(drained["seconds"]), 1e-9)
-
-
-def _our_drain(infra: Infra, work: Path, plan: Plan, cores: frozenset[int] | None) -> float:
-    """Our single-event drain of the drain section's backlog, the worker on ``cores`` (or
-    any): what the live sweep's rates are fractions of."""
-    topic, _, events = _backlog(infra, work, plan, 1)
-    return _events_per_s(_drain_ours(infra, work, topic, events, cores))
-
-
-def _drain_peer(infra: Infra, work: Path, system: str, topic: str, expect: int) -> dict[str, Any]:
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.peers", system, "--bootstrap", infra.bootstrap),
-            *("--topic", topic, "--expect", str(expect), "--state-dir", str(work / topic)),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    lines = [line[line.index("{") :] for line in done.stdout.splitlines() if '{"messages"' in line]
-    if not lines:
-        raise RuntimeError(f"{system} peer failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    found: dict[str, Any] = json.loads(lines[-1])
-    found["seconds"] = found["last"] - found["first"]
-    return found
-
-
-def _drain_ours(
-    infra: Infra, work: Path, topic: str, events: int, cores: frozenset[int] | None = None
-) -> dict[str, Any]:
-    scenario = Scenario(infra, work, input_topic=topic)
-    worker = WorkerProcess(scenario, "drain", cores=cores)
-    worker.start()
-    ready = time.monotonic()
-    try:
-        first = 0.0
-        before = 0
-        while True:
-            have = scenario.accounted()
-            now = time.monotonic()
-            if have and not first:
-                first, before = now, have
-                if have >= events:  # a backlog drained within one poll: time it from ready
-                    first, before = ready, 0
-            if have >= events:
-                return {"events": have, "before": before, "seconds": now - first}
-            time.sleep(0.005)
-    finally:
-        worker.stop()
 
 
 # --- one worker against two ---------------------------------------------------------------------
@@ -545,9 +447,7 @@ def main() -> None:
             sections: dict[str, Any] = {
                 "calibrate": lambda: calibrate(infra, work, plan),
                 "drain": lambda: drain(infra, work, plan),
-                "live": lambda: live(
-                    infra, work, plan, lambda cores: _our_drain(infra, work, plan, cores)
-                ),
+                "live": lambda: live(infra, work, plan),
                 "scale": lambda: scale(infra, work, plan),
                 "replay": lambda: replay(infra, plan),
                 "fold": lambda: fold(plan),

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.drain import our_drain
 from benchmarks.infra import (
     Infra,
     Placement,
@@ -41,13 +42,10 @@ def live(
     infra: Infra,
     work: Path,
     plan: Plan,
-    measure_drain: Callable[[frozenset[int] | None], float],
 ) -> list[dict[str, Any]]:
     """The sweep at ``plan.live_fractions`` of our single-event drain (``live_sweep``), or
     at ``plan.live_rates``. With ``plan.live_own_core`` (and two cores or more) the worker
-    runs on a core of its own and the rest elsewhere, its drains too. ``measure_drain``
-    (cores): our single-event drain with the worker on those cores (or any), passed in by
-    ``benchmarks.run``, whose drain section it belongs to."""
+    runs on a core of its own and the rest elsewhere, its drains too (``drain.our_drain``)."""
     placement = own_core() if plan.live_own_core else None
     if placement is not None:
         log(f"live: {placement.describe()}")
@@ -57,7 +55,7 @@ def live(
             cores = placement.worker if placement is not None else None
 
             def drain() -> float:
-                rate = measure_drain(cores)
+                rate = our_drain(infra, work, plan, cores)
                 log(f"live: our single-event drain {rate:,.0f} events/s")
                 return rate
 
