@@ -33,11 +33,13 @@ RELIED_ON: Final[dict[str, str]] = {
     "_buffered_partitions": "faust Consumer: read, partitions with records in hand (fetch)",
     "_commit_every": "faust Consumer: read, commit after this many acks (fetch)",
     "_n_acked": "faust Consumer: read and set, acks since the last commit (fetch, batching)",
-    "_add_gap": "faust Consumer: called, a real hole in the offsets (fetch)",
+    "_add_gap": "faust Consumer: called, a hole in the offsets of a topic outside the bulk"
+    " path (fetch)",
     "_acked": "faust Consumer: acked offsets per partition (batching)",
     "_acked_index": "faust Consumer: the acked offsets as a set (batching)",
-    "_gap": "faust Consumer: gaps per partition (batching)",
-    "_new_offset": "faust Consumer: overridden, the offset to commit (batching)",
+    "_gap": "faust Consumer: gaps per partition, the input's set by _note_gap (batching)",
+    "_new_offset": "faust Consumer: overridden, the offset to commit; Faust's own for topics"
+    " outside the bulk path (batching)",
     "_unacked_messages": "faust Consumer: the set wait_empty waits on (batching)",
     "_waiting_for_ack": "faust Consumer: notified when acks land (batching)",
     "_new_consumer_thread": "faust aiokafka Consumer: overridden, the backoff thread (fetch)",

@@ -1,0 +1,96 @@
+"""Input written by a transactional producer: every transaction ends in a commit marker, a
+control record that takes an offset and that no consumer is handed. The worker folds
+every event once and commits past the markers, including one at the committed offset
+after a restart (stream.app.batching.BulkAcks._new_offset, docs/notes/024)."""
+
+import random
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.integration.faults import client_conf, committed, input_topic, offline_counts
+from tests.integration.harness import (
+    Deployment,
+    event_count,
+    offline_fold,
+    wait_until,
+    write_sessions,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _transactions(
+    producer: Producer, topic: str, lines: list[tuple[str, bytes]], size: int, ends: dict[int, int]
+) -> None:
+    """``lines`` in transactions of ``size``, each committed; ``ends``: per partition, the
+    offset after the last record written (a commit marker follows it)."""
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        ends[message.partition()] = max(ends[message.partition()], message.offset() + 1)
+
+    for start in range(0, len(lines), size):
+        producer.begin_transaction()
+        for session_id, line in lines[start : start + size]:
+            producer.produce(topic, key=session_id.encode(), value=line, on_delivery=delivered)
+        producer.commit_transaction(30)
+
+
+def test_transactional_input_is_folded_once_and_committed_past_its_markers(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """Two halves of 48 sessions' events in transactions of 1 to 40 records, the worker
+    restarted (SIGTERM) between them: its committed offsets often end right at a marker.
+    Redis ends equal to `stream fold` for every session, its totals to the events, and
+    every partition's committed offset passes the last record written."""
+    paths = write_sessions(tmp_path / "logs", random.Random(31), "tx-", 48, (20, 60))
+    expected = offline_fold(paths)
+    total = event_count(paths)
+    rng = random.Random(32)
+    interleaved: list[tuple[str, bytes]] = []
+    queues: dict[str, list[bytes]] = {}
+    for path in paths:  # each log's lines as written (packed rows stay packed), in order
+        queues[path.stem] = path.read_bytes().splitlines()[1:]  # after its session line
+    while queues:
+        session_id = rng.choice(sorted(queues))
+        interleaved.append((session_id, queues[session_id].pop(0)))
+        if not queues[session_id]:
+            del queues[session_id]
+    topic = input_topic(deployment)
+    producer = Producer(
+        client_conf(deployment)
+        | {
+            "transactional.id": f"{deployment.name}-tx",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "log_level": 2,
+        }
+    )
+    producer.init_transactions(30)
+    ends: dict[int, int] = defaultdict(int)
+    worker = deployment.start_worker("tx")
+    half = len(interleaved) // 2
+    _transactions(producer, topic, interleaved[:half], rng.randint(1, 40), ends)
+    _committed_past(deployment, ends)  # each partition's next offset: a commit marker
+    first_run = worker.log()
+    assert worker.terminate(timeout=120) == 0, worker.log()[-3000:]
+    worker.restart()
+    _transactions(producer, topic, interleaved[half:], rng.randint(1, 40), ends)
+    deployment.wait_accounted(total)
+    assert deployment.stats() == offline_counts(paths) | {"dead_lettered": 0}
+    for session_id, line in expected.items():
+        assert deployment.redis_update(session_id) == line, session_id
+    _committed_past(deployment, ends)
+    assert "missing from the fetch" in first_run, "no marker met as a jump in the offsets"
+
+
+def _committed_past(deployment: Deployment, ends: dict[int, int]) -> None:
+    wait_until(
+        lambda: all(committed(deployment)[p] >= end for p, end in ends.items()),
+        120,
+        f"the committed offsets past the last records written {dict(ends)}",
+    )

@@ -1,0 +1,185 @@
+"""The offsets the bulk consumer commits and where a seek leaves its read offset
+(stream.app.batching.BulkAcks, stream.app.fetch), without a broker: a commit never passes
+an input offset that was neither acked nor confirmed empty, and a record dropped because
+a seek came first is fetched again even when the seek put the fetcher exactly there
+(docs/notes/024)."""
+
+import asyncio
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faust.transport.consumer import Consumer as FaustConsumer
+from faust.types import TP
+
+from stream.app import fetch
+from stream.app.worker import build_app
+from stream.config import Settings
+
+TOPIC = "events-in"
+TP0 = TP(TOPIC, 0)
+
+
+async def _unused(*args: Any) -> None:  # pragma: no cover - never called
+    raise AssertionError(args)
+
+
+@pytest.fixture(scope="module")
+def consumer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    settings = Settings(state_dir=str(tmp_path_factory.mktemp("state")), input_topic=TOPIC)
+    app = build_app(settings, 2)
+    yield app.transport.create_consumer(
+        callback=_unused, on_partitions_revoked=_unused, on_partitions_assigned=_unused
+    )
+
+
+def _given(consumer: Any, tp: TP, acked: list[int], committed: int | None) -> None:
+    consumer._acked[tp] = list(acked)
+    consumer._acked_index[tp] = set(acked)
+    consumer._committed_offset[tp] = committed
+    consumer._gap.pop(tp, None)
+
+
+def _expected(acked: set[int], empty: set[int], committed: int | None) -> int | None:
+    """The model: from the committed offset (or the lowest acked, with none), the first
+    offset neither acked nor confirmed empty."""
+    base = committed if committed else min(acked)
+    offset = base
+    while offset in acked or offset in empty:
+        offset += 1
+    return offset if offset > base else None
+
+
+def test_a_commit_reaches_the_first_offset_neither_acked_nor_confirmed_empty(
+    consumer: Any,
+) -> None:
+    chance = random.Random(606)
+    for case in range(600):
+        acked = set(chance.sample(range(60), chance.randint(1, 40)))
+        if case % 3 == 0:  # one run, the common case
+            low = min(acked)
+            acked = set(range(low, low + len(acked)))
+        committed = chance.choice([None, 0, min(acked), min(acked) - 1, min(acked) + 2, 30])
+        _given(consumer, TP0, chance.sample(sorted(acked), len(acked)), committed)
+        empty: set[int] = set()
+        for _ in range(chance.randint(0, 3)):  # holes the fetch confirmed (never acked)
+            first = chance.randrange(60)
+            span = set(range(first, first + chance.randint(1, 4))) - acked
+            if span:
+                first, last = min(span), max(span)
+                span = set(range(first, last + 1))
+                if not span & acked:
+                    consumer._note_gap(TP0, first, last)
+                    empty |= {o for o in span if committed is None or o >= committed}
+        want = _expected(acked, empty, committed)
+        assert consumer._new_offset(TP0) == want, (sorted(acked), committed, sorted(empty))
+        reached = want if want is not None else (committed if committed else min(acked))
+        left = sorted(o for o in acked if o >= reached)
+        assert sorted(consumer._acked[TP0]) == left
+        assert consumer._acked_index[TP0] == set(left)
+        gaps = consumer._gap.get(TP0)
+        assert not gaps or min(interval.begin for interval in gaps) >= reached
+
+
+def test_the_record_at_the_committed_offset_holds_the_commit_until_it_is_acked(
+    consumer: Any,
+) -> None:
+    """faust-streaming #606: Faust's own check lets the run start one past the committed
+    offset, so the record there, still in flight or dropped by a seek, is committed over."""
+    _given(consumer, TP0, [33, 34, 35], 32)
+    assert FaustConsumer._new_offset(consumer, TP0) == 36  # Faust's: 32 is passed
+    _given(consumer, TP0, [33, 34, 35], 32)
+    assert consumer._new_offset(TP0) is None
+    assert consumer._acked[TP0] == [33, 34, 35]  # kept for when 32 is acked
+    consumer._acked[TP0].append(32)
+    consumer._acked_index[TP0].add(32)
+    assert consumer._new_offset(TP0) == 36
+    assert not consumer._acked[TP0] and not consumer._acked_index[TP0]
+
+
+def test_a_transaction_marker_at_the_committed_offset_is_passed_once_confirmed(
+    consumer: Any,
+) -> None:
+    """After a seek to 10 the first record is 11 (10 is a commit marker): the jump from
+    the read offset 9 is fetched twice, then noted, and the commit goes on past it. The
+    record after a hole is not marked with it (Faust's ``_add_gap`` marks it)."""
+    _given(consumer, TP0, [], 10)
+    consumer._note_gap(TP0, 9 + 1, 11 - 1)
+    assert consumer._new_offset(TP0) is None  # nothing acked: 11 is still in flight
+    consumer._acked[TP0].append(11)
+    consumer._acked_index[TP0].add(11)
+    assert consumer._new_offset(TP0) == 12
+    assert not consumer._gap.get(TP0)
+
+
+def test_a_hole_of_a_billion_offsets_is_passed_without_counting_them(consumer: Any) -> None:
+    _given(consumer, TP0, [5, 1_000_000_006], 5)
+    consumer._note_gap(TP0, 6, 1_000_000_005)  # e.g. records deleted by retention
+    assert consumer._new_offset(TP0) == 1_000_000_007
+
+
+def test_a_hole_below_the_committed_offset_is_clipped_to_it(consumer: Any) -> None:
+    _given(consumer, TP0, [20], 20)
+    consumer._note_gap(TP0, 3, 19)  # confirmed after a commit had already passed it
+    assert consumer._new_offset(TP0) == 21
+    _given(consumer, TP0, [20], 20)
+    consumer._note_gap(TP0, 3, 9)
+    assert not consumer._gap.get(TP0)  # all of it below the committed offset
+
+
+def test_topics_outside_the_bulk_path_keep_fausts_way(consumer: Any) -> None:
+    other = TP("sessions-changelog", 0)
+    _given(consumer, other, [33, 34], 32)
+    assert consumer._new_offset(other) == 35  # Faust's, as before
+
+
+def test_a_seek_leaves_the_read_offset_on_the_offset_before_it() -> None:
+    assert fetch.read_after_seek(32) == 31
+    assert fetch.read_after_seek(1) == 0
+    assert fetch.read_after_seek(0) is None  # nothing before it: from the beginning
+    assert fetch.read_after_seek(None) is None
+
+
+def test_a_record_dropped_at_the_offset_a_seek_put_the_fetcher_is_fetched_again(
+    tmp_path: Path,
+) -> None:
+    """The loss a rolling restart showed: seeking every partition to its committed offset
+    (32) while the drain loop had just taken record 32, fetched from there; it was dropped
+    as fetched during the seek. With Faust's read offset (32) it looked read already and
+    was never fetched again; the next record, 33, then looked like the one after it."""
+    bulk = object.__new__(fetch.BulkConsumer)
+    seeks: list[tuple[Any, int]] = []
+    infos: list[tuple[Any, ...]] = []
+
+    async def seek_to_committed() -> dict[Any, int]:
+        return {TP0: 32, TP("sessions-changelog", 0): 7}
+
+    async def seek(tp: Any, offset: int) -> None:
+        seeks.append((tp, offset))
+
+    class Log:
+        def info(self, *args: Any) -> None:
+            infos.append(args)
+
+    bulk.__dict__.update(
+        seek_to_committed=seek_to_committed,
+        _seek=seek,
+        log=Log(),
+        _read_offset={},
+        _committed_offset={},
+        transport=type("T", (), {"bulk_topics": frozenset({TOPIC})})(),
+    )
+
+    async def go() -> None:
+        await bulk.perform_seek()
+        assert bulk._read_offset == {TP0: 31, TP("sessions-changelog", 0): 7}
+        assert bulk._committed_offset[TP0] == 32
+        bulk._holes.dropped[TP0] = 32  # taken during the seek, from where it put the fetcher
+        await bulk._fetch_dropped_again()
+        assert seeks == [(TP0, 31)]  # 31 again (a redelivery), then 32 onwards
+        assert bulk._read_offset[TP0] == 31
+        assert "dropped during a seek" in infos[-1][0]
+
+    asyncio.run(go())
