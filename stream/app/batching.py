@@ -63,14 +63,16 @@ class BulkAcks:
         if tp.topic not in getattr(self.transport, "bulk_topics", ()):
             return self._faust_new_offset(tp)
         acked = self._acked[tp]
-        if not acked:
+        gaps = self._gap.get(tp)
+        if not acked and not gaps:
             return None
         acked.sort()
         committed = self._committed_offset[tp]
         # No committed offset (a partition never committed, or one being revoked, whose
         # bookkeeping Faust has dropped): the run starts at the lowest acked offset.
+        if not committed and not acked:
+            return None
         base: int = committed if committed else acked[0]
-        gaps = self._gap.get(tp)
         at = bisect_left(acked, base)  # those below it: a commit passed them already
         offset = base
         while True:
@@ -109,6 +111,7 @@ class BulkAcks:
             gaps = self._gap[tp]
             gaps.addi(first, last + 1)
             gaps.merge_overlaps(strict=False)
+            self._acked.setdefault(tp, [])  # Faust's commit visits the partitions in _acked
 
     def ack_many(self, messages: Iterable[Any]) -> None:
         """``Consumer.ack`` for each message whose last reference this releases, in one

@@ -159,6 +159,8 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                         r_offset = offset
                 if pending:
                     await self._hand_over(pending, epoch)
+                if bulk_topics:
+                    await self._pass_empty_ends(bulk_topics, records)
                 unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -238,6 +240,41 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                 await self._thread.seek_to_beginning(TopicPartition(tp.topic, tp.partition))
             except Exception as error:  # no longer assigned: the rebalance seeks it anyway
                 self.log.info("%s: not fetched again (%r)", tp, error)
+
+    _ends_checked = 0.0  # monotonic: when the input's ends were last checked
+
+    async def _pass_empty_ends(
+        self, bulk_topics: frozenset[str], records: Any
+    ) -> None:  # pragma: no cover - broker
+        """Offsets at the end of an input partition that hold no record (a transaction's
+        commit marker ends every transactional write) show no jump: no record follows them,
+        so the commit would stop short of the partition's end until one does, and its lag
+        would stay at 1. So at most once a second, an input partition this fetch brought
+        nothing for, whose fetcher stands at its end past the record read last, is checked
+        as a jump to its end: fetched again from that record once, and noted as holding no
+        record only if the fetcher stands at the end again (``Holes``)."""
+        now = time.monotonic()
+        if now - self._ends_checked < 1.0 or self._seeking or self._holes.dropped:
+            return
+        self._ends_checked = now
+        fetched = set(records or ())
+        for tp in list(self.assignment()):
+            if tp.topic not in bulk_topics or tp in fetched:
+                continue
+            last = self._read_offset.get(tp)
+            high = self.highwater(tp)
+            if last is None or high is None or high <= last + 1:
+                continue
+            try:
+                position = await asyncio.wait_for(self.position(tp), 1.0)
+            except Exception:  # moved away, or its position is being reset: next time
+                continue
+            if position != high or self._read_offset.get(tp) != last:
+                continue  # records still to come, or taken meanwhile
+            if self._holes.confirmed(tp, last, high):
+                self._note_gap(tp, last + 1, high - 1)
+            else:
+                await self._fetch_again(tp, last, high)
 
     def _new_consumer_thread(self) -> "BackoffConsumerThread":
         if getattr(self.transport, "consumer_thread", True):

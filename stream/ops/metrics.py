@@ -395,7 +395,7 @@ class Metrics:
             if high is None:
                 continue
             committed = committed_offsets.get(tp)
-            done = 0 if committed is None else committed + 1  # the next offset to read
+            done = 0 if committed is None else committed  # committed: the next to read
             position = self.positions.get(tp.partition, done)
             self.lag.labels(str(tp.partition)).set(max(0, high - position))
             self.observe_progress(tp.partition, committed, max(0, high - done), now)

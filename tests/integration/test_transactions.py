@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.faults import client_conf, committed, input_topic, offline_counts
+from tests.integration.faults import (
+    client_conf,
+    committed,
+    consumer_lag,
+    input_topic,
+    offline_counts,
+)
 from tests.integration.harness import (
     Deployment,
     event_count,
@@ -44,9 +50,11 @@ def test_transactional_input_is_folded_once_and_committed_past_its_markers(
     deployment: Deployment, tmp_path: Path
 ) -> None:
     """Two halves of 48 sessions' events in transactions of 1 to 40 records, the worker
-    restarted (SIGTERM) between them: its committed offsets often end right at a marker.
-    Redis ends equal to `stream fold` for every session, its totals to the events, and
-    every partition's committed offset passes the last record written."""
+    restarted (SIGTERM) between them once every partition is committed past its last
+    record (to the marker after it, or past that too: either way the restart seeks there).
+    Redis ends equal to `stream fold` for every session, its totals to the events; every
+    partition is committed to its end, the final marker included, and none reads as
+    waiting or stalled."""
     paths = write_sessions(tmp_path / "logs", random.Random(31), "tx-", 48, (20, 60))
     expected = offline_fold(paths)
     total = event_count(paths)
@@ -75,7 +83,7 @@ def test_transactional_input_is_folded_once_and_committed_past_its_markers(
     worker = deployment.start_worker("tx")
     half = len(interleaved) // 2
     _transactions(producer, topic, interleaved[:half], rng.randint(1, 40), ends)
-    _committed_past(deployment, ends)  # each partition's next offset: a commit marker
+    _committed_past(deployment, ends)
     first_run = worker.log()
     assert worker.terminate(timeout=120) == 0, worker.log()[-3000:]
     worker.restart()
@@ -84,7 +92,23 @@ def test_transactional_input_is_folded_once_and_committed_past_its_markers(
     assert deployment.stats() == offline_counts(paths) | {"dead_lettered": 0}
     for session_id, line in expected.items():
         assert deployment.redis_update(session_id) == line, session_id
-    _committed_past(deployment, ends)
+    # The last offset of each partition is a marker no record follows: passed all the same
+    # (``_pass_empty_ends``), so nothing reads as waiting and nothing as stalled.
+    wait_until(
+        lambda: all(lag == 0 for lag in consumer_lag(deployment).values()),
+        60,
+        "every partition committed to its end, its final commit marker included",
+    )
+    wait_until(
+        lambda: all(
+            value == 0
+            for name, value in worker.metrics().items()
+            if name.startswith("stream_committed_lag{")
+        ),
+        30,
+        "stream_committed_lag 0 on every partition",
+    )
+    assert worker.probe("/readyz") == 200
     assert "missing from the fetch" in first_run, "no marker met as a jump in the offsets"
 
 

@@ -107,11 +107,29 @@ def test_a_transaction_marker_at_the_committed_offset_is_passed_once_confirmed(
     record after a hole is not marked with it (Faust's ``_add_gap`` marks it)."""
     _given(consumer, TP0, [], 10)
     consumer._note_gap(TP0, 9 + 1, 11 - 1)
-    assert consumer._new_offset(TP0) is None  # nothing acked: 11 is still in flight
+    assert consumer._new_offset(TP0) == 11  # past the marker, not past 11 (in flight)
+    consumer._committed_offset[TP0] = 11  # what Faust's commit records
     consumer._acked[TP0].append(11)
     consumer._acked_index[TP0].add(11)
     assert consumer._new_offset(TP0) == 12
     assert not consumer._gap.get(TP0)
+
+
+def test_a_hole_at_a_partitions_end_is_passed_with_nothing_acked(consumer: Any) -> None:
+    """A transactional write ends in a commit marker: the partition's last offset holds no
+    record and none follows it (``BulkConsumer._pass_empty_ends`` notes it). The commit
+    reaches the end without a new ack, the partition listed for Faust's commit."""
+    consumer._acked.pop(TP0, None)
+    _given(consumer, TP0, [], 57)
+    consumer._acked.pop(TP0)
+    consumer._note_gap(TP0, 57, 57)
+    assert TP0 in consumer._acked
+    assert consumer._new_offset(TP0) == 58
+    consumer._committed_offset[TP0] = 58
+    assert consumer._new_offset(TP0) is None  # nothing more
+    _given(consumer, TP0, [], None)  # never committed: nothing to start from
+    consumer._note_gap(TP0, 57, 57)
+    assert consumer._new_offset(TP0) is None
 
 
 def test_a_hole_of_a_billion_offsets_is_passed_without_counting_them(consumer: Any) -> None:
@@ -181,5 +199,62 @@ def test_a_record_dropped_at_the_offset_a_seek_put_the_fetcher_is_fetched_again(
         assert seeks == [(TP0, 31)]  # 31 again (a redelivery), then 32 onwards
         assert bulk._read_offset[TP0] == 31
         assert "dropped during a seek" in infos[-1][0]
+
+    asyncio.run(go())
+
+
+def test_an_empty_end_of_a_partition_is_fetched_again_once_then_passed() -> None:
+    """Partition 0 ends in a commit marker (offset 10): the record read last is 9 and the
+    fetcher stands at the end, 11, with nothing brought. It is fetched again from 9 once;
+    standing at 11 again, 10 is noted as holding no record and the commit reaches 11.
+    Partition 1's fetcher is still behind its end: records are still to come."""
+    from collections import defaultdict
+
+    from intervaltree import IntervalTree
+
+    tp1 = TP(TOPIC, 1)
+    bulk = object.__new__(fetch.BulkConsumer)
+    seeks: list[tuple[Any, int]] = []
+    ends = {TP0: 11, tp1: 30}
+    positions = {TP0: 11, tp1: 25}
+
+    async def seek(tp: Any, offset: int) -> None:
+        seeks.append((tp, offset))
+
+    async def position(tp: Any) -> int:
+        return positions[tp]
+
+    class Log:
+        def info(self, *args: Any) -> None:
+            pass
+
+    bulk.__dict__.update(
+        assignment=lambda: {TP0, tp1, TP("sessions-changelog", 0)},
+        highwater=ends.__getitem__,
+        position=position,
+        _seek=seek,
+        log=Log(),
+        _read_offset={TP0: 9, tp1: 20},
+        _committed_offset={TP0: 10, tp1: 21},
+        _acked=defaultdict(list),
+        _acked_index=defaultdict(set),
+        _gap=defaultdict(IntervalTree),
+        transport=type("T", (), {"bulk_topics": frozenset({TOPIC})})(),
+    )
+    bulk_topics = frozenset({TOPIC})
+
+    async def go() -> None:
+        await bulk._pass_empty_ends(bulk_topics, {})
+        assert seeks == [(TP0, 9)] and not bulk._gap  # once: fetched again from 9
+        await bulk._pass_empty_ends(bulk_topics, {})
+        assert seeks == [(TP0, 9)]  # at most once a second
+        bulk._ends_checked = 0.0
+        await bulk._pass_empty_ends(bulk_topics, {TP0: []})
+        assert not bulk._gap  # partition 0 was in that fetch: not checked
+        bulk._ends_checked = 0.0
+        await bulk._pass_empty_ends(bulk_topics, {})
+        assert seeks == [(TP0, 9)]  # the same end again: confirmed, no more fetching
+        assert bulk._new_offset(TP0) == 11
+        assert bulk._new_offset(tp1) is None
 
     asyncio.run(go())
