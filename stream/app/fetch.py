@@ -262,10 +262,12 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
             if tp.topic not in bulk_topics or tp in fetched:
                 continue
             last = self._read_offset.get(tp)
-            high = self.highwater(tp)
-            if last is None or high is None or high <= last + 1:
+            if last is None:
                 continue
             try:
+                high = self.highwater(tp)
+                if high is None or high <= last + 1:
+                    continue
                 position = await asyncio.wait_for(self.position(tp), 1.0)
             except Exception:  # moved away, or its position is being reset: next time
                 continue

@@ -95,6 +95,39 @@ def test_a_committed_offset_that_stands_still_while_records_wait_is_a_stall() ->
     )
 
 
+def test_the_committed_lag_is_the_records_past_the_committed_offset(tmp_path: Any) -> None:
+    """Kafka's committed offset is the next record to read: one record past it waits (the
+    gauge read it as none, and such a partition never as stalled)."""
+    from faust.types import TP
+
+    settings = Settings(state_dir=str(tmp_path), input_topic="events")
+    m = Metrics.create(settings)
+    tp = TP("events", 3)
+
+    committed = {tp: 10}
+
+    class Consumer:
+        _committed_offset = committed
+
+        def highwater(self, _: Any) -> int:
+            return 11
+
+    class Assignor:
+        def assigned_actives(self) -> list[Any]:
+            return [tp, TP("other", 3)]
+
+    class App:
+        _consumer = Consumer()
+        assignor = Assignor()
+        tables = None
+
+    m.refresh(App(), None, settings)
+    assert m.registry.get_sample_value("stream_committed_lag", {"partition": "3"}) == 1
+    committed[tp] = 11
+    m.refresh(App(), None, settings)
+    assert m.registry.get_sample_value("stream_committed_lag", {"partition": "3"}) == 0
+
+
 def test_nothing_waiting_is_never_a_stall() -> None:
     m = metrics(stall_seconds=1)
     m.observe_progress(0, 10, 0, now=0.0)
