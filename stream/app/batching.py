@@ -18,7 +18,6 @@ reads are listed in ``stream.app.internals``.
 
 import asyncio
 import time
-from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -27,7 +26,7 @@ from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
-from stream.app import bulkqueue
+from stream.app import bulkqueue, offsets
 
 
 class BulkAcks:
@@ -47,70 +46,22 @@ class BulkAcks:
         return found
 
     def _new_offset(self, tp: TP) -> int | None:
-        """The offset to commit for ``tp``: where the offsets accounted for, from the
-        committed one on, first stop. An offset is accounted for once its record is acked,
-        or once the fetch found it holds no record the consumer can read (``_gap``: a hole
-        fetched twice, e.g. a transaction marker or an aborted record). The run's offsets
-        leave the acked list and the gaps below it are dropped.
-
-        Faust's own (0.15.3) lets the run start one past the committed offset, and so
-        commits over a record handed over and not yet acked, or dropped by a seek and not
-        yet fetched again: faust-streaming #606, and a loss seen here when a record
-        dropped during a rebalance's seek was never fetched again (docs/notes/024). Here
-        the committed offset itself must be accounted for. Runs are found by a binary
-        search, gaps as intervals (a hole of millions of offsets costs nothing). Topics
-        outside the bulk path take Faust's way."""
+        """The offset to commit for ``tp``: for the input, ``offsets.commit_offset``, which
+        never passes an offset neither acked nor confirmed empty (Faust's own passes the
+        record at the committed offset: faust-streaming #606, docs/notes/024), and finds
+        runs by a binary search instead of a Python call per offset; Faust's way for the
+        other topics."""
         if tp.topic not in getattr(self.transport, "bulk_topics", ()):
             return self._faust_new_offset(tp)
-        acked = self._acked[tp]
-        gaps = self._gap.get(tp)
-        if not acked and not gaps:
-            return None
-        acked.sort()
-        committed = self._committed_offset[tp]
-        # No committed offset (a partition never committed, or one being revoked, whose
-        # bookkeeping Faust has dropped): the run starts at the lowest acked offset.
-        if not committed and not acked:
-            return None
-        base: int = committed if committed else acked[0]
-        at = bisect_left(acked, base)  # those below it: a commit passed them already
-        offset = base
-        while True:
-            if at < len(acked) and acked[at] == offset:
-                low, high = at, len(acked) - 1  # the run ends at the last i where
-                while low < high:  # acked[i] - offset == i - at (unique, sorted)
-                    middle = (low + high + 1) // 2
-                    if acked[middle] - offset == middle - at:
-                        low = middle
-                    else:
-                        high = middle - 1
-                offset, at = acked[low] + 1, low + 1
-                continue
-            covering = gaps.at(offset) if gaps else ()
-            if not covering:
-                break
-            offset = max(interval.end for interval in covering)
-            at = bisect_left(acked, offset, at)
-        if at:
-            self._acked_index[tp].difference_update(acked[:at])
-            del acked[:at]
-        if gaps:
-            gaps.chop(0, offset)
-        return offset if offset > base else None
+        return offsets.commit_offset(
+            self._acked[tp], self._acked_index[tp], self._gap.get(tp), self._committed_offset[tp]
+        )
 
     def _note_gap(self, tp: TP, first: int, last: int) -> None:
         """Offsets ``first`` to ``last`` of ``tp`` hold no record the consumer can read
-        (confirmed by fetching them twice): accounted for once the commit reaches them.
-        Faust's ``_add_gap`` also marks the record after the hole, still unprocessed, and
-        never the committed offset itself; a hole right after it would then hold the
-        commit for good under ``_new_offset``."""
-        committed = self._committed_offset[tp]
-        if committed is not None:
-            first = max(first, committed)
-        if first <= last:
-            gaps = self._gap[tp]
-            gaps.addi(first, last + 1)
-            gaps.merge_overlaps(strict=False)
+        (confirmed by fetching them twice): accounted for once the commit reaches them
+        (``offsets.note_gap``; Faust's ``_add_gap`` also marks the record after the hole)."""
+        if offsets.note_gap(self._gap[tp], self._committed_offset[tp], first, last):
             self._acked.setdefault(tp, [])  # Faust's commit visits the partitions in _acked
 
     def ack_many(self, messages: Iterable[Any]) -> None:

@@ -42,6 +42,7 @@ from mode.utils.futures import maybe_async
 from stream.app import bulkqueue
 from stream.app.backoff import quiet_aiokafka, with_backoff
 from stream.app.batching import BulkAcks
+from stream.app.offsets import Holes, read_after_seek
 from stream.app.producer import BackoffProducer
 
 
@@ -179,7 +180,7 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
             unset_flag(CONSUMER_FETCHING)
 
     @property
-    def _holes(self) -> "Holes":
+    def _holes(self) -> Holes:
         holes: Holes | None = self.__dict__.get("_bulk_holes")
         if holes is None:
             holes = self.__dict__["_bulk_holes"] = Holes()
@@ -461,79 +462,6 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         return not suspended() and not self._seek_moved(epoch)
 
 
-def read_after_seek(offset: int | None) -> int | None:
-    """The read offset of an input partition the consumer was just moved to ``offset``:
-    the last offset read, as the drain loop sets it after a hand-over, so the record the
-    next fetch brings is checked against the one before ``offset``. Faust sets ``offset``
-    itself (0.15.3): a record at ``offset`` dropped because a seek came first then looks
-    read already, is never fetched again, and the next record looks like the one after it
-    (a loss seen in a rolling restart: docs/notes/024). None: nothing before it."""
-    return offset - 1 if offset is not None and offset > 0 else None
-
-
-class Holes:
-    """Offsets missing between two records of one input partition, checked before Faust
-    may commit past them.
-
-    Faust counts a jump in offsets as a gap and commits past it: right for compacted and
-    transactional topics (removed records, commit markers), silent loss when the records
-    were fetched and not handed over, which a rebalance or a seek racing the drain loop
-    can do (a worker that took over a partition once committed past 59 records it never
-    saw). So a jump is fetched once more from the last record before it: a real hole
-    comes back the same and becomes Faust's gap; records that come back are taken, and
-    the loss it would have been is logged.
-    """
-
-    def __init__(self) -> None:
-        self.spans: dict[Any, tuple[int, int]] = {}  # tp -> (last, next), fetched again
-        # tp -> the highest offset handed over: a seek's read offset can fall below it
-        # (``perform_seek`` sets it after its await, while records go on being handed
-        # over), and then the span comes back as redeliveries rather than as a loss.
-        self.handed: dict[Any, int] = {}
-        self.refetched = 0  # spans that came back without having been handed over
-        # tp -> the first offset of records dropped because a seek or a rebalance came
-        # first (BulkConsumer._fetch_dropped_again)
-        self.dropped: dict[Any, int] = {}
-
-    def confirmed(self, tp: Any, last: int, offset: int) -> bool:
-        """True when this very jump was fetched again already (a real hole); otherwise it
-        is noted, and the caller fetches from ``last`` again."""
-        if self.spans.get(tp) == (last, offset):
-            del self.spans[tp]
-            return True
-        self.spans[tp] = (last, offset)
-        return False
-
-    def drop(self, parts: list[tuple[Any, list[Any]]]) -> None:
-        """Records of ``parts`` (partition, its records) were dropped, not handed over."""
-        for tp, messages in parts:
-            if messages:
-                first = messages[0].offset
-                self.dropped[tp] = min(first, self.dropped.get(tp, first))
-
-    def taken(self, tp: Any, offset: int, log: Any) -> None:
-        """A record of ``tp`` was taken without a jump before it."""
-        span = self.spans.get(tp)
-        if span is None:
-            return
-        last, following = span
-        if offset <= last:
-            return  # the record before the span, again (or a seek further back)
-        if offset < following:
-            if self.handed.get(tp, -1) >= following - 1:
-                log.info("%s: offsets %d..%d again: redeliveries", tp, last + 1, following - 1)
-            else:
-                self.refetched += 1
-                log.warning(
-                    "%s: offsets %d..%d had been fetched and not handed over: a loss "
-                    "averted, they are taken now",
-                    tp,
-                    last + 1,
-                    following - 1,
-                )
-        del self.spans[tp]
-
-
 class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread, its aiokafka consumer on a ``BackoffClient`` (the fetcher
     and the group coordinator share the consumer's client)."""
@@ -639,8 +567,6 @@ __all__ = [
     "BackoffConsumerThread",
     "BulkConsumer",
     "BulkTransport",
-    "Holes",
     "InlineConsumerThread",
     "install",
-    "read_after_seek",
 ]

@@ -12,7 +12,7 @@ import pytest
 from faust.types import TP
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from stream.app import batching, bulkqueue, fetch, internals
+from stream.app import batching, bulkqueue, fetch, internals, offsets
 from stream.app import producer as app_producer
 from stream.app.monitor import LeanMonitor
 from stream.app.table import RAW
@@ -807,14 +807,14 @@ class Log:
 
 
 def test_a_jump_in_offsets_is_fetched_again_before_it_counts_as_a_gap() -> None:
-    holes, tp = fetch.Holes(), ("events", 1)
+    holes, tp = offsets.Holes(), ("events", 1)
     assert not holes.confirmed(tp, 10, 70)  # first sight: fetch from 10 again
     assert holes.confirmed(tp, 10, 70)  # the same jump again: a real hole (Faust's gap)
     assert not holes.spans
 
 
 def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> None:
-    holes, tp, log = fetch.Holes(), ("events", 1), Log()
+    holes, tp, log = offsets.Holes(), ("events", 1), Log()
     assert not holes.confirmed(tp, 10, 70)
     holes.taken(tp, 10, log)  # the record before the span, again: still checking
     assert holes.spans and not log.warnings
@@ -825,7 +825,7 @@ def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> No
 
 
 def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
-    holes = fetch.Holes()
+    holes = offsets.Holes()
     assert not holes.confirmed(("events", 0), 5, 9)
     assert not holes.confirmed(("events", 1), 5, 9)
     assert not holes.confirmed(("events", 0), 5, 8)  # not the jump fetched again
@@ -834,7 +834,7 @@ def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
 
 
 def test_a_span_handed_over_before_a_seek_moved_the_read_offset_back_is_redelivered() -> None:
-    holes, tp, log = fetch.Holes(), ("events", 0), Log()
+    holes, tp, log = offsets.Holes(), ("events", 0), Log()
     holes.handed[tp] = 238  # taken, then perform_seek set the read offset back to 217
     assert not holes.confirmed(tp, 217, 239)
     holes.taken(tp, 218, log)
@@ -846,7 +846,7 @@ def test_records_dropped_for_a_seek_are_noted_from_their_first_offset() -> None:
     class Record:
         offset: int
 
-    holes = fetch.Holes()
+    holes = offsets.Holes()
     holes.drop([(("events", 0), [Record(75), Record(76)]), (("events", 1), [])])
     holes.drop([(("events", 0), [Record(80)])])  # later ones of the same partition
     assert holes.dropped == {("events", 0): 75}  # fetched again from the read offset

@@ -1,5 +1,6 @@
 """The offsets the bulk consumer commits and where a seek leaves its read offset
-(stream.app.batching.BulkAcks, stream.app.fetch), without a broker: a commit never passes
+(stream.app.offsets, through stream.app.batching.BulkAcks and stream.app.fetch), without
+a broker: a commit never passes
 an input offset that was neither acked nor confirmed empty, and a record dropped because
 a seek came first is fetched again even when the seek put the fetcher exactly there
 (docs/notes/024)."""
@@ -14,7 +15,7 @@ import pytest
 from faust.transport.consumer import Consumer as FaustConsumer
 from faust.types import TP
 
-from stream.app import fetch
+from stream.app import fetch, offsets
 from stream.app.worker import build_app
 from stream.config import Settings
 
@@ -154,10 +155,10 @@ def test_topics_outside_the_bulk_path_keep_fausts_way(consumer: Any) -> None:
 
 
 def test_a_seek_leaves_the_read_offset_on_the_offset_before_it() -> None:
-    assert fetch.read_after_seek(32) == 31
-    assert fetch.read_after_seek(1) == 0
-    assert fetch.read_after_seek(0) is None  # nothing before it: from the beginning
-    assert fetch.read_after_seek(None) is None
+    assert offsets.read_after_seek(32) == 31
+    assert offsets.read_after_seek(1) == 0
+    assert offsets.read_after_seek(0) is None  # nothing before it: from the beginning
+    assert offsets.read_after_seek(None) is None
 
 
 def test_a_record_dropped_at_the_offset_a_seek_put_the_fetcher_is_fetched_again(
