@@ -99,7 +99,7 @@ def commit_offset(
     for, from ``committed`` on, first stop; None when that is not past ``committed``. An
     offset is accounted for once its record is acked (``acked``, unique, with ``index``
     the same as a set), or once the fetch found it holds no record the consumer can read
-    (``gaps``: a hole fetched twice, e.g. a transaction's marker or an aborted record).
+    (``gaps``: a hole fetched twice, e.g. a transaction's commit marker).
     The run's offsets leave ``acked`` and ``index``, and ``gaps`` below it are dropped.
 
     Without a committed offset (a partition never committed, or one being revoked, whose
