@@ -1083,11 +1083,32 @@ def shortfall(deployment: Deployment, ledger: Ledger) -> str:
         f" {len(short)} of {len(ledger.session_events)} sessions short in Redis:"
     ]
     for s, (n, have) in sorted(short.items())[:10]:
+        update = deployment.redis_update(s) or {}
         lines.append(
             f"  {s!r} (partition {ledger.partition_of.get(s)}): produced {n} events,"
-            f" redis tally {have}, output topic latest (offset, tally) {latest.get(s)}"
+            f" redis tally {have}, output topic latest (offset, tally) {latest.get(s)},"
+            f" faults {str(update.get('faults'))[:300]}"
         )
+    # What the fetch did about offsets it had to account for (docs/notes/024).
+    noted = [
+        f"  {worker.worker_id}: {line[:300]}"
+        for worker in deployment.workers
+        for line in worker.log().splitlines()
+        if any(mark in line for mark in FETCH_MARKS)
+    ]
+    lines.append(f"the workers' {len(noted)} lines on offsets fetched again (last 20):")
+    lines.extend(noted[-20:])
     return "\n".join(lines)
+
+
+# What the fetch path logs when it fetches offsets again (stream.app.fetch, offsets).
+FETCH_MARKS: Final = (
+    "missing from the fetch",
+    "dropped during a seek",
+    "a loss averted",
+    "again: redeliveries",
+    "not fetched again",
+)
 
 
 @dataclass
