@@ -19,6 +19,7 @@ read against it as well as against the broker's produce-ack.
 
 import os
 import re
+import select
 import signal
 import socket
 import statistics
@@ -49,6 +50,18 @@ def subscribe(url: str, pattern: str, out: Path) -> None:
     sock.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(raw), raw))
     head = len(pattern) - 1  # channel = prefix + session id; the pattern ends in '*'
     sink = out.open("wb", buffering=1 << 16)
+    buffer = b""
+    while True:  # until Redis confirms (``psubscribe``, the pattern, ``:1``): from then on
+        at = buffer.find(b"psubscribe")  # every update comes
+        end = buffer.find(b":1\r\n", at) if at >= 0 else -1
+        if end >= 0:
+            break
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("Redis closed the subscriber's connection")
+        buffer += chunk
+    buffer = buffer[end + 4 :]
+    _ready()
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -57,7 +70,6 @@ def subscribe(url: str, pattern: str, out: Path) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     sock.settimeout(0.2)
-    buffer = b""
     last_flush = time.monotonic()
     while not stopping:
         try:
@@ -118,18 +130,33 @@ def _parse(buffer: bytes, head: int, now: float, sink: Any) -> bytes:
     return buffer[pos:]
 
 
+def _ready() -> None:
+    """Tell the bench this process is ready (``Child.spawn`` waits for the line)."""
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+
+
 class Child:
     """A ``python -m benchmarks.live`` process of this bench (the subscriber, the relay),
     stopped with SIGTERM."""
 
     process: subprocess.Popen[bytes] | None = None
 
-    def spawn(self, *args: str, settle: float) -> None:
-        """Start it with ``args`` and give it ``settle`` seconds to be ready."""
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.live", *args], cwd=REPO, env=dict(os.environ)
+    def spawn(self, *args: str, timeout: float = 60.0) -> None:
+        """Start it with ``args`` and wait until it says it is ready: subscribed, or
+        assigned with every partition's end resolved, so the load's first event counts."""
+        self.process = process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.live", *args],
+            cwd=REPO,
+            env=dict(os.environ),
+            stdout=subprocess.PIPE,
         )
-        time.sleep(settle)
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], timeout)
+        line = process.stdout.readline() if ready else b""
+        if line.strip() != b"ready":
+            self.stop()
+            raise RuntimeError(f"benchmarks.live {args[0]} not ready within {timeout:.0f} s")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -144,7 +171,7 @@ class Subscriber(Child):
     out: Path
 
     def start(self) -> None:
-        self.spawn("subscribe", self.redis_url, self.pattern, str(self.out), settle=0.5)
+        self.spawn("subscribe", self.redis_url, self.pattern, str(self.out))
 
     def arrivals(self) -> list[tuple[bytes, int, float]]:
         found = []
@@ -167,7 +194,7 @@ def relay(bootstrap: str, topic: str, url: str, prefix: str) -> None:
     ``PUBLISH {prefix}session:{key}``), until SIGTERM. Every partition is assigned at its
     end: no group, so nothing waits for a rebalance."""
     import redis
-    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     stopping = False
 
@@ -185,8 +212,13 @@ def relay(bootstrap: str, topic: str, url: str, prefix: str) -> None:
         }
     )
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in partitions])
+    # Each partition from its end as it is now, an offset rather than OFFSET_END: every
+    # event the load produces once this is ready is relayed.
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in partitions}
+    consumer.assign([TopicPartition(topic, p, end) for p, end in ends.items()])
     client = redis.Redis.from_url(url)
+    client.ping()
+    _ready()
     floor, channel = f"{prefix}floor:".encode(), f"{prefix}session:".encode()
     while not stopping:
         # The first waits; the rest are what has arrived (``consume`` alone would wait
@@ -215,8 +247,7 @@ class Relay(Child):
     prefix: str
 
     def start(self) -> None:
-        # settle: assigned at the end before the load starts
-        self.spawn("relay", self.bootstrap, self.topic, self.redis_url, self.prefix, settle=2.0)
+        self.spawn("relay", self.bootstrap, self.topic, self.redis_url, self.prefix)
 
 
 # --- the load ---------------------------------------------------------------------------------
