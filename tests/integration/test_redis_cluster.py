@@ -259,7 +259,7 @@ def _sse_seqs(url: str, path: str, until: int, timeout: float) -> list[int]:
 
 
 def test_the_worker_and_gateway_on_a_cluster_through_a_failover(
-    kafka_bootstrap: str, cluster: Cluster, tmp_path: Path
+    kafka_bootstrap: str, cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     paths = write_sessions(tmp_path / "logs", random.Random(14), "cl-", 48, (40, 160))
     expected = offline_fold(paths)
@@ -269,8 +269,10 @@ def test_the_worker_and_gateway_on_a_cluster_through_a_failover(
     layout = _layout(deployment)
     client = cluster.client()
     assert len({layout.shard_of(i) for i in ids}) > 8, "sessions spread over the shards"
+    request.addfinalizer(deployment.stop_all)  # a failure must not leave them running
     deployment.start_worker()
     gateway = Gateway.start(deployment)
+    request.addfinalizer(gateway.stop)
     sampler = Sampler(client, layout, ids)
     watched = ids[0]
     streamed: list[int] = []
@@ -372,11 +374,12 @@ def _drain_seconds(deployment: Deployment, paths: list[Path], accounted: Any) ->
     total = event_count(paths)
     deployment.stream("produce", "--segment", "20", *map(str, paths))
     deployment.start_worker()
-    started = time.perf_counter()
-    wait_until(lambda: accounted() >= total, 300, "the drain", every=0.05)
-    seconds = time.perf_counter() - started
-    deployment.stop_all()
-    return seconds
+    try:
+        started = time.perf_counter()
+        wait_until(lambda: accounted() >= total, 300, "the drain", every=0.05)
+        return time.perf_counter() - started
+    finally:
+        deployment.stop_all()
 
 
 @pytest.mark.skipif(
