@@ -309,16 +309,13 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
     async def _seek_all_to_committed(self) -> None:  # pragma: no cover - broker
         committed = await self.seek_to_committed()
         bulk: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
-        self._read_offset.update(
-            {
-                tp: read_after_seek(offset)
-                if tp.topic in bulk
-                else offset
-                if offset is not None and offset >= 0
-                else None
-                for tp, offset in committed.items()
-            }
-        )
+
+        def read(tp: Any, offset: int | None) -> int | None:
+            if tp.topic in bulk:
+                return read_after_seek(offset)
+            return offset if offset is not None and offset >= 0 else None  # Faust's
+
+        self._read_offset.update({tp: read(tp, offset) for tp, offset in committed.items()})
         self._committed_offset.update(
             {
                 ensure_TP(tp): offset or None
