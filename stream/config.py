@@ -192,6 +192,17 @@ class Settings:
         " partitions; note 016)",
         unit="s",
     )
+    isolation_level: str = setting(  # note 025
+        "STREAM_ISOLATION_LEVEL",
+        "read_committed",
+        choice("read_committed", "read_uncommitted"),
+        group=BATCHES,
+        help="read_committed or read_uncommitted",
+        doc="`read_committed` folds a transactional producer's events once its transaction"
+        " commits and never those of an aborted one; `read_uncommitted` folds every record"
+        " as soon as it is written, aborted ones too ([note 025](docs/notes/"
+        "025-the-input-read-committed.md))",
+    )
     consumer_thread: bool = setting(  # off: the consumer on the worker's loop (note 023)
         "STREAM_CONSUMER_THREAD",
         False,

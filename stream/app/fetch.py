@@ -125,7 +125,13 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                         offset = message.offset
                         if r_offset is not None and offset < r_offset:
                             continue  # already read (Faust logs "DROPPED MESSAGE ROFF")
-                        if r_offset and offset - r_offset > 1 and acks_enabled_for(tp.topic):
+                        # (Faust tests ``r_offset`` for truth: a jump from offset 0 went
+                        # unseen, and a marker at 1 held the commit for good.)
+                        if (
+                            r_offset is not None
+                            and offset - r_offset > 1
+                            and acks_enabled_for(tp.topic)
+                        ):
                             if bulk and not holes.confirmed(tp, r_offset, offset):
                                 # Fetch the span again before committing past it.
                                 if pending:
@@ -276,6 +282,7 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                 continue  # records still to come, or taken meanwhile
             if self._holes.confirmed(tp, last, high):
                 self._note_gap(tp, last + 1, high - 1)
+                self._read_offset[tp] = high - 1  # read to the end: not checked again
             else:
                 await self._fetch_again(tp, last, high)
 
@@ -466,9 +473,13 @@ class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_consumer(self, loop: asyncio.AbstractEventLoop) -> Any:
         consumer = super()._create_consumer(loop)
         with_backoff(consumer._client)
-        wait = getattr(self.consumer.transport, "fetch_max_wait_ms", None)
+        transport = self.consumer.transport
+        wait = getattr(transport, "fetch_max_wait_ms", None)
         if wait is not None:  # Faust fixes 1,500 ms; read by the fetcher built at start
             consumer._fetch_max_wait_ms = wait
+        # Faust reads committed only under exactly-once; both are read by the fetcher
+        # built at start (docs/notes/025).
+        consumer._isolation_level = getattr(transport, "isolation_level", "read_uncommitted")
         return consumer
 
 
@@ -522,6 +533,7 @@ class BulkTransport(faust_aiokafka.Transport):
     bulk_topics: frozenset[str] = frozenset()
     bulk_bytes: int | None = None  # input bytes handed over and not yet in a batch (install)
     fetch_max_wait_ms: int | None = None
+    isolation_level = "read_uncommitted"  # Faust's unless exactly-once (install)
     consumer_thread = True  # False: the consumer on the worker's loop (InlineConsumerThread)
     # Each fetch's records' age as they are handed over (``worker.assemble``: the metric).
     record_age: Callable[[float], None] | None = None
@@ -533,6 +545,7 @@ def install(
     fetch_max_wait: float | None = None,
     max_buffered_bytes: int | None = None,
     consumer_thread: bool = True,
+    isolation_level: str = "read_uncommitted",
 ) -> BulkTransport:
     """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
     backoff clients, and aiokafka's repeated log lines rate-limited.
@@ -548,11 +561,17 @@ def install(
     queue and waiting for a turn each (``batches``); None: only the record count bounds.
 
     ``consumer_thread``: Faust's consumer thread; False runs the consumer on the app's
-    loop (``InlineConsumerThread``)."""
+    loop (``InlineConsumerThread``).
+
+    ``isolation_level``: ``read_committed`` leaves out what a transactional producer
+    aborted (and what it has not committed yet); the input's offsets then jump over
+    them, and over each transaction's marker, as they do over a commit marker now
+    (``Holes``; docs/notes/025)."""
     transport = BulkTransport(app.conf.broker_consumer, app)
     transport.bulk_topics = frozenset(topics)
     transport.bulk_bytes = max_buffered_bytes
     transport.consumer_thread = consumer_thread
+    transport.isolation_level = isolation_level
     if fetch_max_wait is not None:
         transport.fetch_max_wait_ms = max(1, round(fetch_max_wait * 1000))
     app.transport = transport

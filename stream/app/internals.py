@@ -75,7 +75,10 @@ RELIED_ON: Final[dict[str, str]] = {
     "_records": "aiokafka PartitionRecords: read, the part's record batches (restore)",
     "_records_iterator": "aiokafka PartitionRecords: replaced for a changelog (restore)",
     "_check_crcs": "aiokafka PartitionRecords: read, check each batch's CRC (restore)",
-    "_isolation_level": "aiokafka PartitionRecords: read, read committed or not (restore)",
+    "_isolation_level": "aiokafka PartitionRecords: read, read committed or not (restore);"
+    " AIOKafkaConsumer: set, Faust's only under exactly-once (fetch)",
+    "_aborted_transactions": "aiokafka PartitionRecords: read, the part's aborted"
+    " transactions (restore)",
     # faust's RocksDB store and table
     "_db_for_partition": "faust rocksdb Store: called, one partition's database (table, restore)",
     "_dbs": "faust rocksdb Store: the open databases (table)",

@@ -126,15 +126,19 @@ class ChangelogRecords(fetcher.PartitionRecords):  # type: ignore[misc]
     """aiokafka's records of one partition's part of a fetch response. A changelog's come
     as one ``Fetched``, unread: aiokafka reads every record into a ``ConsumerRecord`` on
     its thread before it asks for more, which took longer than the write, and the next
-    fetch waited for it (docs/notes/021). Every other topic's, and a changelog's read
-    committed (transactions to leave out), are aiokafka's own."""
+    fetch waited for it (docs/notes/021). Every other topic's, and a changelog's part that
+    read committed holds an aborted transaction of (records to leave out), are aiokafka's
+    own: the worker never writes its changelogs in transactions, so read committed
+    keeps them in bulk (docs/notes/025)."""
 
     topics: frozenset[str] = frozenset()  # the changelogs restored in bulk (``install``)
     next_fetch_offset: int  # aiokafka's: where the partition's next fetch begins
 
     def __init__(self, tp: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(tp, *args, **kwargs)
-        if tp.topic in self.topics and self._isolation_level != fetcher.READ_COMMITTED:
+        if tp.topic in self.topics and not (
+            self._isolation_level == fetcher.READ_COMMITTED and self._aborted_transactions
+        ):
             self._records_iterator = self._unread()
 
     def _unread(self) -> Iterator[Fetched]:

@@ -331,6 +331,7 @@ def assemble(
         settings.fetch_max_wait,
         settings.max_buffered_bytes,
         consumer_thread=settings.consumer_thread,
+        isolation_level=settings.isolation_level,
     )
     inflate.install(inflate.Bounds(settings.max_inflated_bytes, settings.max_inflated_bytes))
     source = app.topic(settings.input_topic, partitions=partitions, **RAW)  # 2

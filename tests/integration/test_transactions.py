@@ -1,7 +1,8 @@
 """Input written by a transactional producer: every transaction ends in a commit marker, a
 control record that takes an offset and that no consumer is handed. The worker folds
 every event once and commits past the markers, including one at the committed offset
-after a restart (stream.app.batching.BulkAcks._new_offset, docs/notes/024)."""
+after a restart (stream.app.batching.BulkAcks._new_offset, docs/notes/024). What a
+producer aborts is never folded: the worker reads committed (docs/notes/025)."""
 
 import random
 from collections import defaultdict
@@ -59,15 +60,7 @@ def test_transactional_input_is_folded_once_and_committed_past_its_markers(
     expected = offline_fold(paths)
     total = event_count(paths)
     rng = random.Random(32)
-    interleaved: list[tuple[str, bytes]] = []
-    queues: dict[str, list[bytes]] = {}
-    for path in paths:  # each log's lines as written (packed rows stay packed), in order
-        queues[path.stem] = path.read_bytes().splitlines()[1:]  # after its session line
-    while queues:
-        session_id = rng.choice(sorted(queues))
-        interleaved.append((session_id, queues[session_id].pop(0)))
-        if not queues[session_id]:
-            del queues[session_id]
+    interleaved = _interleaved(paths, rng)
     topic = input_topic(deployment)
     producer = Producer(
         client_conf(deployment)
@@ -110,6 +103,77 @@ def test_transactional_input_is_folded_once_and_committed_past_its_markers(
     )
     assert worker.probe("/readyz") == 200
     assert "missing from the fetch" in first_run, "no marker met as a jump in the offsets"
+
+
+def test_aborted_transactions_are_never_folded(deployment: Deployment, tmp_path: Path) -> None:
+    """36 sessions' events in transactions of 1 to 30 records; about a third of them are
+    first written and aborted, then written again and committed, and some aborted ones
+    also hold events of sessions no committed transaction ever writes. Redis ends equal to
+    `stream fold` of the committed logs, with no duplicate, fault or session of an aborted
+    transaction, and every partition is committed to its end, past the aborted records
+    and their markers."""
+    paths = write_sessions(tmp_path / "logs", random.Random(41), "ab-", 36, (20, 50))
+    phantoms = write_sessions(tmp_path / "aborted", random.Random(42), "phantom-", 6, (5, 10))
+    expected = offline_fold(paths)
+    total = event_count(paths)
+    rng = random.Random(43)
+    interleaved = _interleaved(paths, rng)
+    phantom_lines = _interleaved(phantoms, rng)
+    topic = input_topic(deployment)
+    producer = Producer(
+        client_conf(deployment)
+        | {
+            "transactional.id": f"{deployment.name}-ab",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "log_level": 2,
+        }
+    )
+    producer.init_transactions(30)
+    worker = deployment.start_worker("ab")
+    aborted = 0
+    start = 0
+    while start < len(interleaved):
+        size = rng.randint(1, 30)
+        chunk = interleaved[start : start + size]
+        if rng.random() < 0.35:
+            producer.begin_transaction()
+            for session_id, line in chunk + phantom_lines[: rng.randint(0, 3)]:
+                producer.produce(topic, key=session_id.encode(), value=line)
+            assert producer.flush(30) == 0  # in the log: an abort only purges what waits
+            producer.abort_transaction(30)
+            aborted += 1
+        producer.begin_transaction()
+        for session_id, line in chunk:
+            producer.produce(topic, key=session_id.encode(), value=line)
+        producer.commit_transaction(30)
+        start += size
+    assert aborted >= 5
+    deployment.wait_accounted(total)
+    wait_until(
+        lambda: all(lag == 0 for lag in consumer_lag(deployment).values()),
+        60,
+        "every partition committed to its end, past the aborted records and the markers",
+    )
+    assert deployment.stats() == offline_counts(paths) | {"dead_lettered": 0}
+    for session_id, line in expected.items():
+        assert deployment.redis_update(session_id) == line, session_id
+    for path in phantoms:
+        assert deployment.redis_update(path.stem) is None, path.stem
+    assert worker.probe("/readyz") == 200
+
+
+def _interleaved(paths: list[Path], rng: random.Random) -> list[tuple[str, bytes]]:
+    """The logs' event lines as written (packed rows stay packed, each log's session line
+    left out), each log's in order, the logs interleaved at random."""
+    queues = {path.stem: path.read_bytes().splitlines()[1:] for path in paths}
+    interleaved: list[tuple[str, bytes]] = []
+    while queues:
+        session_id = rng.choice(sorted(queues))
+        interleaved.append((session_id, queues[session_id].pop(0)))
+        if not queues[session_id]:
+            del queues[session_id]
+    return interleaved
 
 
 def _committed_past(deployment: Deployment, ends: dict[int, int]) -> None:

@@ -93,6 +93,7 @@ FLAGS = {
 # Read with their own rules, tested below.
 OTHERS = {
     "STREAM_LOG_FORMAT",
+    "STREAM_ISOLATION_LEVEL",
     "REDIS_TLS_CAFILE",
     "KAFKA_SECURITY_PROTOCOL",
     "KAFKA_SASL_MECHANISM",
@@ -255,6 +256,15 @@ def test_log_format_is_a_choice() -> None:
     assert Settings.from_env({"STREAM_LOG_FORMAT": ""}).log_format == "text"
     with pytest.raises(ConfigError, match=r"^STREAM_LOG_FORMAT must be one of text, json"):
         Settings.from_env({"STREAM_LOG_FORMAT": "xml"})
+
+
+def test_the_input_is_read_committed_unless_told_otherwise() -> None:
+    assert Settings().isolation_level == "read_committed"
+    uncommitted = Settings.from_env({"STREAM_ISOLATION_LEVEL": "READ_UNCOMMITTED"})
+    assert uncommitted.isolation_level == "read_uncommitted"
+    assert Settings.from_env({"STREAM_ISOLATION_LEVEL": ""}).isolation_level == "read_committed"
+    with pytest.raises(ConfigError, match=r"^STREAM_ISOLATION_LEVEL must be one of read_comm"):
+        Settings.from_env({"STREAM_ISOLATION_LEVEL": "committed"})
 
 
 # --- Kafka security -----------------------------------------------------------------------------

@@ -174,6 +174,46 @@ def test_a_changelogs_part_of_a_fetch_comes_unread_and_others_as_consumer_record
     assert all(isinstance(r, ConsumerRecord) for r in others) and len(others) == 3
 
 
+def test_read_committed_keeps_a_changelog_in_bulk_unless_a_part_holds_an_aborted_one() -> None:
+    import struct
+
+    from aiokafka.consumer.fetcher import READ_COMMITTED  # type: ignore[import-untyped]
+    from aiokafka.record.default_records import (  # type: ignore[import-untyped]
+        DefaultRecordBatchBuilder,
+    )
+    from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
+    from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
+
+    from stream.app.restore import ChangelogRecords, Fetched, records_of
+
+    def batch(base: int, key: bytes, producer: int) -> bytes:
+        """One record; ``producer`` >= 0: a transactional write of that producer id."""
+        transactional = producer >= 0
+        builder = DefaultRecordBatchBuilder(
+            2, 0, int(transactional), producer, 0 if transactional else -1, 0, 1 << 20
+        )
+        builder.append(0, timestamp=1_000, key=key, value=b"row", headers=[])
+        built = bytearray(builder.build())
+        struct.pack_into(">q", built, 0, base)
+        return bytes(built)
+
+    ChangelogRecords.topics = frozenset({TOPIC})
+    tp = TopicPartition(TOPIC, 0)
+    # Our own changelog: no transaction, nothing aborted: in bulk, as read uncommitted.
+    plain = batch(0, b"a", -1) + batch(1, b"b", -1)
+    part = ChangelogRecords(tp, MemoryRecords(plain), [], 0, None, None, True, READ_COMMITTED)
+    handed = list(part)
+    assert len(handed) == 1 and isinstance(handed[0], Fetched)
+    assert [r.key for r in records_of(handed)] == [b"a", b"b"]
+    # A part the broker says holds producer 7's aborted transaction: aiokafka's reading,
+    # which leaves it out.
+    mixed = batch(0, b"aborted", 7) + batch(1, b"kept", -1)
+    part = ChangelogRecords(tp, MemoryRecords(mixed), [(7, 0)], 0, None, None, True, READ_COMMITTED)
+    read = list(part)
+    assert [r.key for r in read] == [b"kept"] and isinstance(read[0], ConsumerRecord)
+    assert part.next_fetch_offset == 2
+
+
 def test_a_corrupt_batch_of_a_changelog_is_refused_when_read() -> None:
     from aiokafka.errors import CorruptRecordException  # type: ignore[import-untyped]
     from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
