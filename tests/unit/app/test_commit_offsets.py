@@ -207,8 +207,9 @@ def test_a_record_dropped_at_the_offset_a_seek_put_the_fetcher_is_fetched_again(
 def test_an_empty_end_of_a_partition_is_fetched_again_once_then_passed() -> None:
     """Partition 0 ends in a commit marker (offset 10): the record read last is 9 and the
     fetcher stands at the end, 11, with nothing brought. It is fetched again from 9 once;
-    standing at 11 again, 10 is noted as holding no record and the commit reaches 11.
-    Partition 1's fetcher is still behind its end: records are still to come."""
+    standing at 11 again, 10 is noted as holding no record and the commit reaches 11, and
+    the partition counts as read to its end (before, it was fetched again every other
+    second for good). Partition 1's fetcher is still behind its end: records are still to come."""
     from collections import defaultdict
 
     from intervaltree import IntervalTree
@@ -257,5 +258,11 @@ def test_an_empty_end_of_a_partition_is_fetched_again_once_then_passed() -> None
         assert seeks == [(TP0, 9)]  # the same end again: confirmed, no more fetching
         assert bulk._new_offset(TP0) == 11
         assert bulk._new_offset(tp1) is None
+        assert bulk._read_offset[TP0] == 10  # read to the end: the next record is 11
+        bulk._committed_offset[TP0] = 11
+        for _ in range(3):  # and never checked again while nothing follows it
+            bulk._ends_checked = 0.0
+            await bulk._pass_empty_ends(bulk_topics, {})
+        assert seeks == [(TP0, 9)] and not bulk._gap.get(TP0)
 
     asyncio.run(go())
