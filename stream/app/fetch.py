@@ -259,7 +259,8 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         would stay at 1. So at most once a second, an input partition this fetch brought
         nothing for, whose fetcher stands at its end past the record read last, is checked
         as a jump to its end: fetched again from that record once, and noted as holding no
-        record only if the fetcher stands at the end again (``Holes``)."""
+        record only if the fetcher stands at the end again (``Holes``); the partition is
+        then read to its end, and not checked again until a record follows."""
         now = time.monotonic()
         if now - self._ends_checked < 1.0 or self._seeking or self._holes.dropped:
             return
@@ -564,9 +565,8 @@ def install(
     loop (``InlineConsumerThread``).
 
     ``isolation_level``: ``read_committed`` leaves out what a transactional producer
-    aborted (and what it has not committed yet); the input's offsets then jump over
-    them, and over each transaction's marker, as they do over a commit marker now
-    (``Holes``; docs/notes/025)."""
+    aborted (and what it has not committed yet); the input's offsets then jump over an
+    aborted span and its marker as over a commit marker (``Holes``; docs/notes/025)."""
     transport = BulkTransport(app.conf.broker_consumer, app)
     transport.bulk_topics = frozenset(topics)
     transport.bulk_bytes = max_buffered_bytes

@@ -126,10 +126,10 @@ class ChangelogRecords(fetcher.PartitionRecords):  # type: ignore[misc]
     """aiokafka's records of one partition's part of a fetch response. A changelog's come
     as one ``Fetched``, unread: aiokafka reads every record into a ``ConsumerRecord`` on
     its thread before it asks for more, which took longer than the write, and the next
-    fetch waited for it (docs/notes/021). Every other topic's, and a changelog's part that
-    read committed holds an aborted transaction of (records to leave out), are aiokafka's
-    own: the worker never writes its changelogs in transactions, so read committed
-    keeps them in bulk (docs/notes/025)."""
+    fetch waited for it (docs/notes/021). Every other topic's records are aiokafka's own,
+    and so are a changelog's when the consumer reads committed and the broker lists an
+    aborted transaction in the part (records to leave out). The worker never writes its
+    changelogs in transactions: read committed, they stay in bulk (docs/notes/025)."""
 
     topics: frozenset[str] = frozenset()  # the changelogs restored in bulk (``install``)
     next_fetch_offset: int  # aiokafka's: where the partition's next fetch begins
