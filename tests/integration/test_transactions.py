@@ -62,16 +62,7 @@ def test_transactional_input_is_folded_once_and_committed_past_its_markers(
     rng = random.Random(32)
     interleaved = _interleaved(paths, rng)
     topic = input_topic(deployment)
-    producer = Producer(
-        client_conf(deployment)
-        | {
-            "transactional.id": f"{deployment.name}-tx",
-            "partitioner": "murmur2_random",
-            "linger.ms": 5,
-            "log_level": 2,
-        }
-    )
-    producer.init_transactions(30)
+    producer = _transactional_producer(deployment, "tx")
     ends: dict[int, int] = defaultdict(int)
     worker = deployment.start_worker("tx")
     half = len(interleaved) // 2
@@ -120,16 +111,7 @@ def test_aborted_transactions_are_never_folded(deployment: Deployment, tmp_path:
     interleaved = _interleaved(paths, rng)
     phantom_lines = _interleaved(phantoms, rng)
     topic = input_topic(deployment)
-    producer = Producer(
-        client_conf(deployment)
-        | {
-            "transactional.id": f"{deployment.name}-ab",
-            "partitioner": "murmur2_random",
-            "linger.ms": 5,
-            "log_level": 2,
-        }
-    )
-    producer.init_transactions(30)
+    producer = _transactional_producer(deployment, "ab")
     worker = deployment.start_worker("ab")
     aborted = 0
     start = 0
@@ -161,6 +143,22 @@ def test_aborted_transactions_are_never_folded(deployment: Deployment, tmp_path:
     for path in phantoms:
         assert deployment.redis_update(path.stem) is None, path.stem
     assert worker.probe("/readyz") == 200
+
+
+def _transactional_producer(deployment: Deployment, name: str) -> Producer:
+    """A producer whose transactions are ready to begin, its id the deployment's + ``name``
+    (the Java client's partitioner, as `stream produce` uses)."""
+    producer = Producer(
+        client_conf(deployment)
+        | {
+            "transactional.id": f"{deployment.name}-{name}",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "log_level": 2,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
 
 
 def _interleaved(paths: list[Path], rng: random.Random) -> list[tuple[str, bytes]]:
