@@ -1,13 +1,14 @@
-"""The offsets the bulk consumer commits and where a seek leaves its read offset
-(stream.app.offsets, through stream.app.batching.BulkAcks and stream.app.fetch), without
-a broker: a commit never passes
-an input offset that was neither acked nor confirmed empty, and a record dropped because
-a seek came first is fetched again even when the seek put the fetcher exactly there
-(docs/notes/024)."""
+"""The input offsets the bulk consumer accounts for (stream.app.offsets, through
+stream.app.batching.BulkAcks and stream.app.fetch), without a broker: a commit never
+passes an input offset that was neither acked nor confirmed empty; a record dropped
+because a seek came first is fetched again even when the seek put the fetcher exactly
+there, and nothing fetched during a seek is handed over; a jump in the offsets is fetched
+again once before it counts as a hole (docs/notes/010, 024)."""
 
 import asyncio
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,100 @@ def test_an_empty_end_of_a_partition_is_fetched_again_once_then_passed() -> None
         assert seeks == [(TP0, 9)] and not bulk._gap.get(TP0)
 
     asyncio.run(go())
+
+
+def test_nothing_fetched_before_or_during_a_seek_to_committed_is_handed_over() -> None:
+    """Table recovery skips an input partition's records as not yet active (the fetcher
+    moves past them), then seeks every partition to its committed offset. A fetch taken
+    while that seek is under way comes from where the fetcher was: handing it over would
+    fold later records first and set a read offset past those the seek brings back."""
+    bulk = object.__new__(fetch.BulkConsumer)
+    seeking = asyncio.Event()
+    release = asyncio.Event()
+
+    async def seek_to_committed() -> dict[Any, int]:
+        seeking.set()
+        await release.wait()
+        return {}
+
+    bulk.__dict__.update(
+        seek_to_committed=seek_to_committed,
+        _read_offset={},
+        _committed_offset={},
+        transport=type("T", (), {"bulk_topics": frozenset({"events"})})(),
+    )
+
+    async def go() -> None:
+        before = bulk._seek_epoch
+        assert not bulk._seek_moved(before)
+        seek = asyncio.ensure_future(bulk.perform_seek())
+        await seeking.wait()
+        during = bulk._seek_epoch  # a fetch whose epoch is read while the seek runs
+        assert bulk._seek_moved(before) and bulk._seek_moved(during)
+        release.set()
+        await seek
+        assert bulk._seek_moved(before) and bulk._seek_moved(during)
+        assert not bulk._seek_moved(bulk._seek_epoch)  # what is fetched after it goes
+
+    asyncio.run(go())
+
+
+# --- holes: a jump in the offsets fetched again before it counts -------------------------------
+
+
+class Log:
+    def __init__(self) -> None:
+        self.warnings: list[tuple[Any, ...]] = []
+        self.infos: list[tuple[Any, ...]] = []
+
+    def warning(self, *args: Any) -> None:
+        self.warnings.append(args)
+
+    def info(self, *args: Any) -> None:
+        self.infos.append(args)
+
+
+def test_a_jump_in_offsets_is_fetched_again_before_it_counts_as_a_gap() -> None:
+    holes, tp = offsets.Holes(), ("events", 1)
+    assert not holes.confirmed(tp, 10, 70)  # first sight: fetch from 10 again
+    assert holes.confirmed(tp, 10, 70)  # the same jump again: a real hole (Faust's gap)
+    assert not holes.spans
+
+
+def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> None:
+    holes, tp, log = offsets.Holes(), ("events", 1), Log()
+    assert not holes.confirmed(tp, 10, 70)
+    holes.taken(tp, 10, log)  # the record before the span, again: still checking
+    assert holes.spans and not log.warnings
+    holes.taken(tp, 11, log)  # the span came back, never handed over before
+    assert holes.refetched == 1 and not holes.spans
+    assert log.warnings and log.warnings[0][2:] == (11, 69)
+    assert not holes.confirmed(tp, 69, 71)  # a later jump is checked afresh
+
+
+def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
+    holes = offsets.Holes()
+    assert not holes.confirmed(("events", 0), 5, 9)
+    assert not holes.confirmed(("events", 1), 5, 9)
+    assert not holes.confirmed(("events", 0), 5, 8)  # not the jump fetched again
+    assert holes.confirmed(("events", 0), 5, 8)
+    assert holes.confirmed(("events", 1), 5, 9)
+
+
+def test_a_span_handed_over_before_a_seek_moved_the_read_offset_back_is_redelivered() -> None:
+    holes, tp, log = offsets.Holes(), ("events", 0), Log()
+    holes.handed[tp] = 238  # taken, then perform_seek set the read offset back to 217
+    assert not holes.confirmed(tp, 217, 239)
+    holes.taken(tp, 218, log)
+    assert holes.refetched == 0 and not log.warnings and log.infos
+
+
+def test_records_dropped_for_a_seek_are_noted_from_their_first_offset() -> None:
+    @dataclass
+    class Record:
+        offset: int
+
+    holes = offsets.Holes()
+    holes.drop([(("events", 0), [Record(75), Record(76)]), (("events", 1), [])])
+    holes.drop([(("events", 0), [Record(80)])])  # later ones of the same partition
+    assert holes.dropped == {("events", 0): 75}  # fetched again from the read offset
