@@ -46,13 +46,10 @@ from tests.integration.faults import (
     changelog_restored,
     consumer_lag,
     dead_letters,
-    deep_array,
     end_offsets,
     garbage,
-    hostile_traffic,
     input_topic,
     latest_output,
-    nested_part,
     peak_rss,
     probe_sessions,
     produce,
@@ -69,13 +66,13 @@ from tests.integration.faults import (
     takeover_seconds,
     text_of,
     ticks,
-    user_message,
     verify,
     wait_assignment,
     wait_committed,
     wipe_state,
 )
 from tests.integration.harness import Deployment, RedisServer, Worker, offline_fold, wait_until
+from tests.integration.hostile import deep_array, hostile_traffic, nested_part, user_message
 
 pytestmark = pytest.mark.integration
 
