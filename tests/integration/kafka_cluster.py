@@ -1,5 +1,5 @@
 """A local three-node Kafka cluster (``deploy/kafka.sh cluster-start``) to kill nodes of, and
-the checks a run on it ends with beside ``faults.verify``: every update on the output topic
+the checks a run on it ends with beside ``verdict.verify``: every update on the output topic
 is a state its session passed through, in order; Redis never moved a session backwards;
 every topic the service uses is replicated to all nodes with ``min.insync.replicas=2``.
 

@@ -3,7 +3,7 @@
 SIGKILLed mid-stream (the one leading most input partitions, brought back, then another)
 and a controller failover; workers rolled one by one under traffic as a StatefulSet rolls.
 
-Each run ends with ``faults.verify`` (exact sessions, exact counts, every partition's
+Each run ends with ``verdict.verify`` (exact sessions, exact counts, every partition's
 committed offset at its end, the dead letters exact), and beside it: every record on the
 output topic is a state its session passed through, never an earlier one than the record
 before it; Redis never moved a session backwards; and every topic the service created or
@@ -24,7 +24,6 @@ import pytest
 from tests.integration.faults import (
     Feeder,
     Ledger,
-    Verdict,
     alive,
     assert_alive,
     assigned,
@@ -32,9 +31,7 @@ from tests.integration.faults import (
     say,
     scaled,
     session_traffic,
-    verify,
     wait_assignment,
-    wait_committed,
 )
 from tests.integration.harness import Deployment, Worker, wait_until
 from tests.integration.kafka_cluster import (
@@ -47,6 +44,7 @@ from tests.integration.kafka_cluster import (
     replication_of,
     service_topics,
 )
+from tests.integration.verdict import Verdict, verify, wait_committed
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ and redis-server.
 
 Every scenario produces traffic through a ``Ledger`` (what was produced, and what the
 contract makes of it), injects its faults while producing, and ends with the one
-verifier, ``faults.verify``: the offline fold of what was produced equals Redis and the
+verifier, ``verdict.verify``: the offline fold of what was produced equals Redis and the
 output topic for every session; the totals add up to exactly the events produced (each
 unreadable message or segment element counting 1) and by outcome equal the offline
 fold's; the dead-letter topic holds exactly the unreadable parts produced; and every
@@ -39,40 +39,40 @@ from tests.integration.faults import (
     Limits,
     Outage,
     Part,
-    Verdict,
     alive,
     assert_alive,
     assigned,
-    changelog_restored,
-    consumer_lag,
-    dead_letters,
-    end_offsets,
     garbage,
     input_topic,
-    latest_output,
-    peak_rss,
-    probe_sessions,
     produce,
     produce_in_steps,
     produce_now,
     producer_for,
     pure_fold_of_topic,
-    redis_updates,
     say,
     scaled,
     segment,
     session_traffic,
     single,
-    takeover_seconds,
     text_of,
     ticks,
-    verify,
     wait_assignment,
-    wait_committed,
     wipe_state,
 )
 from tests.integration.harness import Deployment, RedisServer, Worker, offline_fold, wait_until
 from tests.integration.hostile import deep_array, hostile_traffic, nested_part, user_message
+from tests.integration.takeover import changelog_restored, probe_sessions, takeover_seconds
+from tests.integration.verdict import (
+    Verdict,
+    consumer_lag,
+    dead_letters,
+    end_offsets,
+    latest_output,
+    peak_rss,
+    redis_updates,
+    verify,
+    wait_committed,
+)
 
 pytestmark = pytest.mark.integration
 

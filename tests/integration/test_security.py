@@ -4,7 +4,7 @@ that way (deploy/kafka.sh, deploy/redis.sh) with certificates made at test time 
 - Kafka over SASL_SSL with SCRAM-SHA-512, and over mutual TLS (client certificates);
 - Redis with AUTH as an ACL user (the default user off), over TLS.
 
-Each scenario ends with the fault suite's verifier (``faults.verify``: the offline fold
+Each scenario ends with the fault suite's verifier (``verdict.verify``: the offline fold
 equals Redis and the output topic, every event accounted for, dead letters exact), and
 the credentials must appear nowhere the service writes: worker logs, the output, changelog
 and dead-letter topics, Redis, the metrics and probe pages. The listeners are shown to
@@ -27,17 +27,9 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.faults import (
-    Broker,
-    Ledger,
-    Verdict,
-    input_topic,
-    produce_now,
-    say,
-    session_traffic,
-    verify,
-)
+from tests.integration.faults import Broker, Ledger, input_topic, produce_now, say, session_traffic
 from tests.integration.harness import REPO, Deployment, free_ports, wait_until
+from tests.integration.verdict import Verdict, verify
 
 pytestmark = pytest.mark.integration
 

@@ -12,13 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.faults import (
-    client_conf,
-    committed,
-    consumer_lag,
-    input_topic,
-    offline_counts,
-)
+from tests.integration.faults import client_conf, input_topic
 from tests.integration.harness import (
     Deployment,
     event_count,
@@ -26,6 +20,7 @@ from tests.integration.harness import (
     wait_until,
     write_sessions,
 )
+from tests.integration.verdict import committed, consumer_lag, offline_counts
 
 pytestmark = pytest.mark.integration
 
