@@ -9,8 +9,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -328,3 +328,89 @@ def verify(
         faulted,
         converged,
     )
+
+
+# ----------------------------------------------------- the pure core's fold of a whole topic
+
+
+@dataclass
+class PureFold:
+    """What the pure core makes of every record of the input topic, each partition folded
+    in offset order as one batch: the latest update of every session, and the totals."""
+
+    updates: dict[str, Any]
+    totals: dict[str, int]
+    faulted_sessions: int
+    records: int
+    resets: int
+
+
+def pure_fold_of_topic(
+    deployment: Deployment,
+    limits: Any = None,
+    ceiling: Callable[[int, int], int] | None = None,
+) -> PureFold:
+    """The model a hostile run is checked against, read back from the topic itself (so
+    records written by ``stream produce --reset`` are in it too).
+
+    ``ceiling``:
+    the highest claimed generation when the worker folded the record at (partition,
+    offset), where resets are checked against it; each partition is folded in runs of one
+    ceiling, the rows carried from run to run."""
+    from stream.session.batch import PARTITION_KEY, fold_batch
+    from stream.session.batch import Limits as CoreLimits
+    from stream.session.batch import Message as CoreMessage
+
+    records = deployment.consume_all(input_topic(deployment), timeout=120)
+    by_partition: dict[int, list[Any]] = {}
+    for record in records:
+        by_partition.setdefault(record.partition(), []).append(record)
+    updates: dict[str, Any] = {}
+    totals = dict.fromkeys(("folded", "duplicate", "faulted", "dead_lettered"), 0)
+    faulted = resets = 0
+    for partition, found in sorted(by_partition.items()):
+        found.sort(key=lambda r: r.offset())
+        messages = [
+            CoreMessage(
+                r.key(),
+                r.value(),
+                r.topic(),
+                partition,
+                r.offset(),
+                [(name, value) for name, value in (r.headers() or [])],
+            )
+            for r in found
+        ]
+        base = limits or CoreLimits()
+        runs: list[tuple[Any, list[Any]]] = []
+        for message in messages:
+            at = (
+                base
+                if ceiling is None
+                else replace(base, reset_ceiling=ceiling(partition, message.offset))
+            )
+            if runs and runs[-1][0] == at:
+                runs[-1][1].append(message)
+            else:
+                runs.append((at, [message]))
+        rows: dict[tuple[int, bytes], bytes] = {}
+        changes: dict[str, Any] = {}
+        dead = 0
+        for at, run in runs:
+            result = fold_batch(run, lambda key, p, rows=rows: rows.get((p, key)), at)
+            for change in result.sessions:
+                rows[(change.partition, change.key)] = change.row
+                changes[change.session_id] = change
+            for part in result.partitions:
+                rows[(part.partition, PARTITION_KEY)] = part.row
+                dead = part.dead_lettered
+            resets += sum(1 for note in result.resets if note.applied)
+        for change in changes.values():
+            updates[change.session_id] = change.update
+            tally = change.tally
+            totals["folded"] += tally.folded
+            totals["duplicate"] += tally.duplicate
+            totals["faulted"] += tally.faulted
+            faulted += "faults" in change.update
+        totals["dead_lettered"] += dead
+    return PureFold(updates, totals, faulted, len(records), resets)
