@@ -1,7 +1,7 @@
-"""Scenario helpers for the fault-injection suite: traffic with a ledger, workers and a
-broker to bounce (the hostile cases: ``tests.integration.hostile``; the one verifier
-every scenario ends with: ``tests.integration.verdict``; takeover timing:
-``tests.integration.takeover``).
+"""Scenario helpers for the fault-injection suite: traffic with a ledger, and the workers
+it runs against (the hostile cases: ``tests.integration.hostile``; the one verifier every
+scenario ends with: ``tests.integration.verdict``; takeover timing:
+``tests.integration.takeover``; a broker to bounce: ``tests.integration.broker``).
 
 Ground truth is what was produced, never what the service reports. Every message handed
 to Kafka is entered in a ``Ledger`` together with what the contract ("Validation", level
@@ -21,7 +21,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import threading
 import time
 import urllib.error
@@ -40,7 +39,7 @@ from tests.generators.sessions import (
     generate_session,
     pack_records,
 )
-from tests.integration.harness import REPO, Deployment, Worker, wait_until
+from tests.integration.harness import Deployment, Worker, wait_until
 
 SOAK: Final = os.environ.get("SOAK", "") not in ("", "0")
 T = TypeVar("T")
@@ -619,91 +618,3 @@ def wait_assignment(workers: Sequence[Worker], partitions: int, timeout: float =
         return sorted(owned) == list(range(partitions))
 
     wait_until(settled, timeout, "every partition to be owned by exactly one worker", every=0.5)
-
-
-# --------------------------------------------------------------------------- a broker to bounce
-
-# Below 32768: never handed out as an ephemeral port, so the clients reconnecting in a
-# loop while the broker is down cannot take it from under it.
-FIXED_PORTS: Final = (21092, 21192, 21292, 21392, 21492, 21592)
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-@dataclass
-class Broker:
-    """A dedicated single-node broker (deploy/kafka.sh) on a fixed port, to stop and
-    start again with the same data directory."""
-
-    data_dir: Path
-    port: int = 0
-    controller_port: int = 0
-    options: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    bounces: list[float] = field(default_factory=list)  # seconds down, per bounce
-
-    @classmethod
-    def on_fixed_port(cls, data_dir: Path, **kwargs: Any) -> Broker:
-        for port in FIXED_PORTS:
-            if _port_free(port) and _port_free(port + 1):
-                return cls(data_dir, port, port + 1, **kwargs)
-        raise RuntimeError(f"none of the fixed broker ports {FIXED_PORTS} is free")
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _run(self, *args: str, timeout: float) -> str:
-        done = subprocess.run(
-            ["bash", str(REPO / "deploy" / "kafka.sh"), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=os.environ | self.env,
-            check=False,
-        )
-        if done.returncode:
-            raise RuntimeError(f"kafka.sh {args[0]} failed:\n{done.stderr[-3000:]}")
-        return done.stdout.strip()
-
-    def start(self) -> str:
-        return self._run(
-            "start",
-            "--port",
-            str(self.port),
-            "--controller-port",
-            str(self.controller_port),
-            "--data-dir",
-            str(self.data_dir),
-            "--timeout",
-            "180",
-            *self.options,
-            timeout=300,
-        )
-
-    def stop(self) -> None:
-        self._run("stop", "--data-dir", str(self.data_dir), timeout=120)
-
-    def bounce(self, down: float, watch: Worker | None = None) -> Outage | None:
-        """Stop, stay down ``down`` seconds, start again (same port, same data); with
-        ``watch``, what that worker did meanwhile."""
-        stopped = time.monotonic()
-        before = (cpu_seconds(watch), log_lines(watch)) if watch is not None else (0.0, 0)
-        self.stop()
-        time.sleep(down)
-        seen = (cpu_seconds(watch), log_lines(watch)) if watch is not None else (0.0, 0)
-        elapsed = time.monotonic() - stopped
-        self.start()
-        self.bounces.append(time.monotonic() - stopped)
-        if watch is None:
-            return None
-        return Outage(elapsed, seen[0] - before[0], seen[1] - before[1])

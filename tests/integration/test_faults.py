@@ -31,9 +31,9 @@ from stream.session.input import MAX_GENERATION
 from stream.testing import events as build
 from tests.generators.extreme import MAX_SAFE, extreme_messages
 from tests.generators.sessions import RawNumber
+from tests.integration.broker import Broker
 from tests.integration.faults import (
     DEFAULT_LIMITS,
-    Broker,
     Feeder,
     Ledger,
     Limits,

@@ -27,7 +27,8 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.faults import Broker, Ledger, input_topic, produce_now, say, session_traffic
+from tests.integration.broker import Broker
+from tests.integration.faults import Ledger, input_topic, produce_now, say, session_traffic
 from tests.integration.harness import REPO, Deployment, free_ports, wait_until
 from tests.integration.verdict import Verdict, verify
 
