@@ -15,7 +15,6 @@ import http.client
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +37,7 @@ from tests.integration.harness import (
     Deployment,
     event_count,
     offline_fold,
+    port_is_free,
     wait_until,
     write_sessions,
 )
@@ -47,22 +47,13 @@ pytestmark = pytest.mark.integration
 SCRIPT = REPO / "deploy" / "redis.sh"
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def cluster_ports(rng: random.Random) -> list[int]:
     """Six consecutive ports below 32768 (outside the ephemeral range) whose cluster bus
     ports (+10000) are free too."""
     for _ in range(200):
         base = rng.randrange(20000, 22000)
         ports = list(range(base, base + 6))
-        if all(_free(p) and _free(p + 10000) for p in ports):
+        if all(port_is_free(p) and port_is_free(p + 10000) for p in ports):
             return ports
     raise RuntimeError("no six free ports for a Redis Cluster")
 
@@ -140,6 +131,17 @@ class Cluster:
     def ok(self) -> bool:
         return all("cluster_state:ok" in self.cli(p, "cluster", "info") for p in self.ports)
 
+    def settled(self) -> bool:
+        """Every node sees three masters and three replicas. ``cluster-start`` returns at
+        ``cluster_state:ok``, before every node has learnt which are the replicas: a test
+        taking ``masters()`` then got replicas among them, and flushed one of those."""
+        for port in self.ports:
+            flags = [line.split()[2] for line in self.cli(port, "cluster", "nodes").splitlines()]
+            roles = sorted("master" if "master" in f else "slave" for f in flags)
+            if roles != ["master"] * 3 + ["slave"] * 3:
+                return False
+        return True
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -155,7 +157,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     try:
-        yield Cluster(ports, done.stdout.strip())
+        cluster = Cluster(ports, done.stdout.strip())
+        wait_until(cluster.settled, 60, "every node to see three masters and three replicas")
+        yield cluster
     finally:
         subprocess.run(
             ["bash", str(SCRIPT), "cluster-stop", "--dir", str(directory)],
