@@ -11,22 +11,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from tests.integration.faults import Outage, cpu_seconds, log_lines
-from tests.integration.harness import REPO, Worker
+from tests.integration.harness import REPO, Worker, port_is_free
 
 # Below 32768: never handed out as an ephemeral port, so the clients reconnecting in a
 # loop while the broker is down cannot take it from under it.
 FIXED_PORTS: Final = (21092, 21192, 21292, 21392, 21492, 21592)
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -44,7 +33,7 @@ class Broker:
     @classmethod
     def on_fixed_port(cls, data_dir: Path, **kwargs: Any) -> Broker:
         for port in FIXED_PORTS:
-            if _port_free(port) and _port_free(port + 1):
+            if port_is_free(port) and port_is_free(port + 1):
                 return cls(data_dir, port, port + 1, **kwargs)
         raise RuntimeError(f"none of the fixed broker ports {FIXED_PORTS} is free")
 

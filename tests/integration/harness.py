@@ -40,6 +40,17 @@ def free_port() -> int:
     return port
 
 
+def port_is_free(port: int) -> bool:
+    """Whether ``port`` can be bound on 127.0.0.1 right now (a fixed port a server is
+    about to take)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def http_get(url: str, timeout: float) -> tuple[int, bytes]:
     """(status, body) of a GET; an error status comes with its body, no answer is (0, b"")."""
     try:
