@@ -551,7 +551,7 @@ def verifier_of(options: GatewayConfig) -> Verifier | None:
         return None
     if options.jwt_keys is None:
         raise ValueError("STREAM_GATEWAY_AUTH=jwt needs STREAM_GATEWAY_JWT_KEYS")
-    return Verifier(options, key_source(options.jwt_keys))
+    return Verifier(options, key_source(options.jwt_keys, options.jwks_interval))
 
 
 def build_app(

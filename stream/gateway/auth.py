@@ -11,8 +11,9 @@ a grant or raises ``InvalidToken``.
 
 Keys come from ``STREAM_GATEWAY_JWT_KEYS``: a file (a JWKS, one JWK, a PEM public key or
 certificate) re-read when its inode, size or mtime changes, so keys rotate without a
-restart; or an ``https://`` JWKS URL (cached, fetched again for an unknown ``kid`` at most
-every 30 s, each answer bounded in size and time).
+restart; or an ``https://`` JWKS URL (cached, refreshed by one fetch at a time that tokens
+with a cached key never wait for, fetched for an unknown ``kid`` at most every
+``STREAM_GATEWAY_JWKS_INTERVAL`` (30 s), each answer bounded in size and time).
 """
 
 import asyncio
@@ -290,11 +291,20 @@ async def fetch_jwks(url: str, timeout: float = 5.0, limit: int = MAX_JWKS_BYTES
 
 
 class UrlKeys(KeySource):
-    """An https JWKS endpoint (an identity provider's ``jwks_uri``): fetched at most every
-    ``lifespan`` seconds, and again for an unknown ``kid`` (a rotation) or while it has no
-    keys at most every ``cooldown`` seconds, so tokens with made-up kids cannot make the
-    gateway hammer it. A failed fetch (any I/O error, a timeout, an answer too large or
-    not a JWKS) keeps the last keys and counts for the cooldown like any other."""
+    """An https JWKS endpoint (an identity provider's ``jwks_uri``), fetched by one refresh
+    at a time that no token with a cached key waits for:
+
+    - a ``kid`` the cached keys hold is served from them at once; past ``lifespan``
+      seconds a refresh starts in the background and the cached keys serve meanwhile;
+    - an unknown ``kid`` (a rotation), or any token while there are no keys, starts a
+      refresh at most every ``cooldown`` seconds, globally, and waits for the one in
+      flight; within the cooldown with none in flight it is refused at once. A flood of
+      made-up kids therefore costs the identity provider one fetch per cooldown whatever
+      the number of clients or addresses, and a key published after the last fetch is
+      picked up within one cooldown, flood or not.
+
+    A failed fetch (any I/O error, a timeout, an answer too large or not a JWKS) keeps the
+    last keys and counts for the cooldown like any other."""
 
     def __init__(
         self,
@@ -303,41 +313,65 @@ class UrlKeys(KeySource):
         cooldown: float = 30.0,
         fetch: Callable[[], Awaitable[object]] | None = None,
         timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url
         self.lifespan = lifespan
         self.cooldown = cooldown
         self._fetch = fetch or (lambda: fetch_jwks(url, timeout))
+        self._clock = clock
         self._keys: list[Key] = []
-        self._fetched = -float("inf")
-        self._lock = asyncio.Lock()
+        self._fetched = -float("inf")  # when the last refresh ended: both intervals count from it
+        self._refresh: asyncio.Task[None] | None = None  # the one in flight
         self.fetches = 0
         self.failures = 0
 
-    async def candidates(self, kid: str | None) -> Sequence[Key]:
-        async with self._lock:
-            age = time.monotonic() - self._fetched
-            unknown = not self._keys or (
-                kid is not None and not any(k.kid == kid for k in self._keys)
+    def _known(self, kid: str | None) -> bool:
+        return bool(self._keys) and (kid is None or any(k.kid == kid for k in self._keys))
+
+    def _start(self) -> "asyncio.Task[None]":
+        """The refresh in flight, started now when there is none."""
+        if self._refresh is None:
+            self.fetches += 1
+            self._refresh = asyncio.create_task(self._refreshed(), name="jwks-refresh")
+        return self._refresh
+
+    async def _refreshed(self) -> None:
+        try:
+            self._keys = jwks_keys(await self._fetch())
+        except Exception as error:
+            # The endpoint's answer is not ours to trust: whatever it does, the last keys
+            # stay (the waiters then refuse the unknown kid; nobody gets a 500).
+            self.failures += 1
+            log.warning(
+                "gateway: cannot fetch the JWKS (%s: %s); keeping its last keys",
+                type(error).__name__,
+                error,
             )
-            if age > self.lifespan or (unknown and age > self.cooldown):
-                try:
-                    self._keys = jwks_keys(await self._fetch())
-                except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-                    self.failures += 1
-                    log.warning(
-                        "gateway: cannot fetch the JWKS (%s: %s); keeping its last keys",
-                        type(error).__name__,
-                        error,
-                    )
-                self._fetched = time.monotonic()
-                self.fetches += 1
+        finally:
+            # From the end: a slow endpoint is not asked again the moment it answers.
+            self._fetched = self._clock()
+            self._refresh = None
+
+    async def candidates(self, kid: str | None) -> Sequence[Key]:
+        age = self._clock() - self._fetched
+        if self._known(kid):
+            if age > self.lifespan:
+                self._start()  # in the background: the cached keys answer this token
+            return _matching(self._keys, kid)
+        refresh = self._refresh
+        if refresh is None and age > self.cooldown:
+            refresh = self._start()
+        if refresh is not None:
+            # Shielded: a client that goes away does not cancel the others' refresh.
+            await asyncio.shield(refresh)
         return _matching(self._keys, kid)
 
 
-def key_source(spec: str) -> KeySource:
-    """The source ``STREAM_GATEWAY_JWT_KEYS`` names. Raises ValueError."""
-    return UrlKeys(spec) if spec.startswith("https://") else FileKeys(spec)
+def key_source(spec: str, interval: float = 30.0) -> KeySource:
+    """The source ``STREAM_GATEWAY_JWT_KEYS`` names; ``interval`` is a JWKS URL's cooldown
+    (``STREAM_GATEWAY_JWKS_INTERVAL``). Raises ValueError."""
+    return UrlKeys(spec, cooldown=interval) if spec.startswith("https://") else FileKeys(spec)
 
 
 # -- verification ----------------------------------------------------------------------

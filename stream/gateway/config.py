@@ -153,6 +153,13 @@ class GatewayConfig:
         None,
         help="JWKS file, JWK file, PEM public key or certificate, or https:// JWKS URL",
     )
+    jwks_interval: float = _gateway(
+        "STREAM_GATEWAY_JWKS_INTERVAL",
+        30.0,
+        seconds(1.0),
+        help="an https JWKS is fetched for unknown kids at most this often, all clients together",
+        unit="s",
+    )
     jwt_audience: str | None = _gateway(
         "STREAM_GATEWAY_JWT_AUDIENCE", None, help="required aud when set"
     )

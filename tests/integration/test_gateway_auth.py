@@ -1,24 +1,35 @@
 """The gateway with authentication on, as a real process against a real redis-server:
 tokens signed by keys made here, grants (exact ids and prefixes), streams ended by a
 token's expiry or a session's, resumes across a generation bump, the limits, the Host
-check, key rotation, hostile clients, and the refusal to serve a non-loopback address
-without keys.
+check, key rotation, a slow https JWKS endpoint, hostile clients, and the refusal to serve
+a non-loopback address without keys.
 
 Sessions are written the way the worker writes them (its Lua script: hash, recent set,
 channel, guarded by the version), so no worker is needed and every test is quick.
 """
 
 import asyncio
+import concurrent.futures
+import datetime
+import ipaddress
 import socket
+import ssl
 import subprocess
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import redis
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from stream.publish.redis_sink import SESSIONS_WRITE
 from tests.integration.gateway_harness import SERVE, Gateway
@@ -468,3 +479,140 @@ def test_hostile_clients_get_401s_timeouts_and_503s_not_tracebacks(
 
 def _port(gateway: Gateway) -> int:
     return int(gateway.url.rsplit(":", 1)[1])
+
+
+class JwksServer:
+    """An https JWKS endpoint on a loopback port, in a thread of its own: it counts its
+    requests, and while ``hold`` is set each one waits until it is released (a slow
+    identity provider). Its certificate is made here; the gateway trusts it through
+    ``SSL_CERT_FILE``."""
+
+    def __init__(self, workdir: Path, document: bytes) -> None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "jwks.test")])
+        now = datetime.datetime.now(datetime.UTC)
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+            .sign(key, hashes.SHA256())
+        )
+        self.cafile = workdir / "jwks-ca.pem"
+        self.cafile.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+        keyfile = workdir / "jwks-key.pem"
+        keyfile.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.load_cert_chain(self.cafile, keyfile)
+        self.document = document
+        self.requests = 0
+        self.hold = threading.Event()
+        self.release = threading.Event()
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.runner = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        self.url = f"https://127.0.0.1:{self.port}/jwks"
+
+    async def _start(self) -> web.AppRunner:
+        app = web.Application()
+        app.router.add_get("/jwks", self._serve)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port, ssl_context=self.context).start()
+        return runner
+
+    async def _serve(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        if self.hold.is_set():
+            await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 30)
+        return web.Response(body=self.document, content_type="application/json")
+
+    def stop(self) -> None:
+        self.release.set()
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def test_a_slow_jwks_endpoint_delays_no_token_whose_key_is_cached(
+    deployment_: Deployment, signer: Signer, sessions: Sessions
+) -> None:
+    """The issue's case against a real `stream serve`: an unknown ``kid`` makes the gateway
+    fetch its https JWKS endpoint, which hangs; tokens whose key the gateway holds are
+    answered meanwhile, and a flood of unknown kids costs one fetch per interval."""
+    interval = 5.0
+    endpoint = JwksServer(deployment_.workdir, jwks(signer))
+    gateway = Gateway.start(
+        deployment_,
+        STREAM_GATEWAY_JWT_KEYS=endpoint.url,
+        STREAM_GATEWAY_JWKS_INTERVAL=str(interval),
+        SSL_CERT_FILE=str(endpoint.cafile),
+    )
+    try:
+        sessions.write("jwks-1", 1)
+        path = "/sessions/jwks-1/context"
+        good = _bearer(signer.token(["jwks-1"]))
+        assert gateway.request(path, good)[0] == 200
+        assert endpoint.requests == 1
+        stranger = _bearer(Signer("ES256", kid="rotated").token(["jwks-1"]))
+        endpoint.hold.set()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            # Unknown kids within the interval are refused at once; the first one past it
+            # starts a fetch, which hangs.
+            waiting: list[concurrent.futures.Future[Any]] = []
+
+            def fetching() -> bool:
+                if endpoint.requests == 1:
+                    waiting.append(pool.submit(gateway.request, path, stranger))
+                return endpoint.requests == 2
+
+            wait_until(fetching, interval + 10, "an unknown kid to make the gateway fetch")
+            held = [f for f in waiting if not f.done()]
+            # (requests sent after the fetch started wait for it too)
+            assert held and all(f.result()[0] == 401 for f in waiting if f.done())
+            # While the fetch hangs: cached-key requests answer at once ...
+            slowest = 0.0
+            for _ in range(20):
+                started = time.monotonic()
+                assert gateway.request(path, good)[0] == 200
+                slowest = max(slowest, time.monotonic() - started)
+            assert slowest < 1.0, f"a cached-key request took {slowest:.2f} s"
+            assert not any(f.done() for f in held)
+            # ... and a flood of unknown kids joins the one fetch in flight.
+            flood = [pool.submit(gateway.request, path, stranger) for _ in range(30)]
+            endpoint.hold.clear()
+            endpoint.release.set()
+            assert all(f.result(15)[0] == 401 for f in [*held, *flood])
+            released = time.monotonic()
+        # Within the next interval a flood adds no fetch; past it, one.
+        while time.monotonic() - released < interval - 2:
+            assert gateway.request(path, stranger)[0] == 401
+        assert endpoint.requests == 2
+        wait_until(
+            lambda: gateway.request(path, stranger)[0] == 401 and endpoint.requests == 3,
+            interval + 10,
+            "the next interval's fetch",
+        )
+        assert endpoint.requests == 3
+        assert gateway.request(path, good)[0] == 200
+        assert "Traceback" not in gateway.log()
+    finally:
+        gateway.stop()
+        endpoint.stop()

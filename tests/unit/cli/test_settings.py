@@ -84,7 +84,7 @@ def test_docs_gateway_lists_every_gateway_variable() -> None:
     section = text.split("\n## Configuration\n", 1)[1]
     named = set(re.findall(r"`(STREAM_GATEWAY_[A-Z0-9_]+)`", section))
     listed = {v.name for v in gateway_variables()}
-    assert len(listed) == 22
+    assert len(listed) == 23
     assert listed - named == set()
 
 

@@ -303,3 +303,101 @@ def test_every_jwks_fetch_failure_keeps_the_last_keys_and_waits_the_cooldown() -
             assert not answers
 
     asyncio.run(go())
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_token_whose_key_is_cached_never_waits_for_a_slow_jwks_endpoint() -> None:
+    """A real HTTP server that holds its answer until released: the refresh an unknown kid
+    (or the keys' age) starts is in flight the whole time cached-key tokens are checked."""
+    signer = Signer(kid="a")
+    arrived, release = asyncio.Event(), asyncio.Event()
+    served: list[str] = []
+
+    async def serve(request: web.Request) -> web.Response:
+        served.append(request.path)
+        if len(served) > 1:  # every fetch after the first hangs until released
+            arrived.set()
+            await release.wait()
+        return web.Response(body=jwks(signer))
+
+    async def go() -> None:
+        app = web.Application()
+        app.router.add_get("/jwks", serve)
+        async with TestServer(app) as server:
+            clock = Clock()
+            source = UrlKeys(str(server.make_url("/jwks")), cooldown=30, timeout=30, clock=clock)
+            verifier = Verifier(GatewayConfig(auth="jwt"), source)
+            assert (await verifier.verify(signer.token(["a"]))).sessions == ("a",)
+            clock.now += 31
+            stranger = asyncio.create_task(verifier.verify(Signer(kid="new").token(["a"])))
+            await asyncio.wait_for(arrived.wait(), 10)  # the refresh is at the server
+            started = time.monotonic()
+            cached = [verifier.verify(signer.token([f"s{i}"])) for i in range(50)]
+            grants = await asyncio.wait_for(asyncio.gather(*cached), 10)
+            assert [g.sessions for g in grants] == [(f"s{i}",) for i in range(50)]
+            assert time.monotonic() - started < 5, "cached keys waited for the fetch"
+            assert not stranger.done() and source.fetches == 2
+            # Keys past their lifespan: a background refresh, the cached keys answer now.
+            release.set()
+            with pytest.raises(InvalidToken, match="kid"):
+                await stranger
+            arrived.clear()
+            release.clear()
+            clock.now += 301
+            assert (await verifier.verify(signer.token(["b"]))).sessions == ("b",)
+            await asyncio.wait_for(arrived.wait(), 10)
+            assert (await verifier.verify(signer.token(["c"]))).sessions == ("c",)
+            assert source.fetches == 3  # the one in flight, not one per token
+            release.set()
+            assert len(served) == 3
+
+    asyncio.run(go())
+
+
+def test_a_flood_of_unknown_kids_fetches_once_per_cooldown() -> None:
+    signer = Signer(kid="a")
+    gate = asyncio.Event()
+
+    async def fetch() -> object:
+        await gate.wait()
+        return orjson.loads(jwks(signer))
+
+    async def go() -> None:
+        clock = Clock()
+        source = UrlKeys("https://idp.example/jwks", cooldown=30, fetch=fetch, clock=clock)
+        verifier = Verifier(GatewayConfig(auth="jwt"), source)
+        strangers = [Signer(kid=f"x{i}", alg="ES256") for i in range(5)]
+
+        async def refused(token: str) -> None:
+            with pytest.raises(InvalidToken, match="kid"):
+                await verifier.verify(token)
+
+        # The first tokens wait for the first fetch, all of them for the same one.
+        flood = [refused(strangers[i % 5].token(["a"])) for i in range(200)]
+        first = asyncio.gather(verifier.verify(signer.token(["a"])), *flood)
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.wait_for(first, 10)
+        assert source.fetches == 1
+        for elapsed in (1, 15, 29):  # within the cooldown: refused at once, nothing fetched
+            clock.now = 1000 + elapsed
+            await asyncio.wait_for(
+                asyncio.gather(*(refused(strangers[i % 5].token(["a"])) for i in range(200))), 10
+            )
+            assert source.fetches == 1
+        clock.now = 1000 + 31  # past it: one fetch for the whole flood
+        await asyncio.wait_for(
+            asyncio.gather(*(refused(strangers[i % 5].token(["a"])) for i in range(200))), 10
+        )
+        assert source.fetches == 2
+
+    asyncio.run(go())
