@@ -2,8 +2,9 @@
 
 The worker drives Faust's consumer in bulk (``stream.app.fetch``, ``stream.app.batching``),
 writes its table's RocksDB directly (``stream.app.table``), sends its records in batches
-(``stream.app.producer``), backs off failed metadata requests (``stream.app.backoff``) and
-inflates compressed input within bounds (``stream.app.inflate``). Each of those reads,
+(``stream.app.producer``), backs off failed metadata requests (``stream.app.backoff``),
+inflates compressed input within bounds (``stream.app.inflate``) and fences Faust's topic
+declarations (``stream.app.declare``). Each of those reads,
 writes or overrides names the libraries do not publish. ``RELIED_ON`` lists them, and
 ``tests/unit/app/test_pins.py`` checks, on every run:
 
@@ -71,6 +72,8 @@ RELIED_ON: Final[dict[str, str]] = {
     "_batches": "aiokafka MessageAccumulator: read, batches not yet sent (producer)",
     "_partitioner": "aiokafka AIOKafkaProducer: called, Java's partitioner (producer)",
     "_wait_on_metadata": "aiokafka AIOKafkaProducer: called, a topic's partitions (producer)",
+    "_topic_config": "faust aiokafka Transport: called, the settings Faust's CreateTopics"
+    " carried, named when the broker refuses it (declare)",
     # aiokafka's PartitionRecords: a changelog's part of a fetch handed over unread
     "_records": "aiokafka PartitionRecords: read, the part's record batches (restore)",
     "_records_iterator": "aiokafka PartitionRecords: replaced for a changelog (restore)",
@@ -79,6 +82,13 @@ RELIED_ON: Final[dict[str, str]] = {
     " AIOKafkaConsumer: set, Faust's only under exactly-once (fetch)",
     "_aborted_transactions": "aiokafka PartitionRecords: read, the part's aborted"
     " transactions (restore)",
+    # static membership: a static member's leave (membership, note 027)
+    "_consumer": "faust aiokafka ConsumerThread: read, its started aiokafka consumer (fetch)",
+    "_coordinator": "aiokafka AIOKafkaConsumer: read, its group coordinator (membership)",
+    "_group_instance_id": "aiokafka GroupCoordinator: read, the static member id (membership)",
+    "_maybe_leave_group": "aiokafka GroupCoordinator: replaced, a static member's leave"
+    " (membership)",
+    "_send_req": "aiokafka GroupCoordinator: called, a request to the coordinator (membership)",
     # faust's RocksDB store and table
     "_db_for_partition": "faust rocksdb Store: called, one partition's database (table, restore)",
     "_dbs": "faust rocksdb Store: the open databases (table)",

@@ -9,6 +9,7 @@ from typing import Any
 import faust
 from confluent_kafka import KafkaException
 
+from stream.app.declare import TopicRefused
 from stream.app.worker import Worker, assemble
 from stream.config import Settings
 from stream.ops import control
@@ -43,7 +44,9 @@ def run(settings: Settings, loglevel: str, logging_config: dict[str, Any] | None
     4.   Faust's worker runs the app (signals, logging, its services) until a signal
          stops it; the exit status is Faust's. A permanent error (a Redis refusal) ends
          the process from inside with ``worker.EXIT_STOPPED`` instead: the failing batch
-         must not be acked, and a graceful stop would wait for it forever.
+         must not be acked, and a graceful stop would wait for it forever. A topic Faust
+         needs that is missing and may not be created (``declare.TopicRefused``) stops
+         Faust as it starts: ``SetupError`` with its one line.
     """
     worker = prepare(settings)
     options: dict[str, Any] = {}
@@ -54,6 +57,9 @@ def run(settings: Settings, loglevel: str, logging_config: dict[str, Any] | None
         runner.execute_from_commandline()
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else 1
+        # mode turns what stopped Faust into SystemExit(1), raised while handling it.
+        if isinstance(done.__context__, TopicRefused):
+            raise SetupError(str(done.__context__)) from None
     else:
         code = 0
     return code
