@@ -27,6 +27,7 @@ MODULES = (
     "replay",
     "lag",
     "republish",
+    "topics",
 )
 COMMANDS = {
     "fold": "fold",
@@ -40,6 +41,7 @@ COMMANDS = {
     "replay": "replay",
     "lag": "lag",
     "republish": "republish",
+    "topics": "topics",
 }
 
 

@@ -15,7 +15,14 @@ from typing import Any
 
 import orjson
 
-from stream.cli.reach import LIMITS_ENV, REDIS_ENV, connect_redis, environment
+from stream.cli.reach import (
+    LIMITS_ENV,
+    READER,
+    REDIS_ENV,
+    connect_redis,
+    environment,
+    redis_refused,
+)
 from stream.config import Settings
 from stream.logs.reader import read_logs
 from stream.output.layout import read_stats
@@ -152,10 +159,16 @@ def run(args: argparse.Namespace) -> int:
     client = connect_redis("compare", settings)
     if client is None:
         return 1
+    import redis
+
     deadline = time.monotonic() + max(0.0, args.wait)
     while True:
-        served = read_served(client, settings, list(offline))
-        totals = read_stats(client, settings.redis_layout)
+        try:
+            served = read_served(client, settings, list(offline))
+            totals = read_stats(client, settings.redis_layout)
+        except redis.RedisError as error:  # a permission the user lacks: one line, no trace
+            redis_refused("compare", settings, error, READER)
+            return 1
         result = verdict(offline, served, folded, totals["folded"])
         if result.agrees or time.monotonic() >= deadline:
             break

@@ -20,12 +20,13 @@ from rich.table import Table
 from rich.text import Text
 
 from stream.cli.progress import Rate, duration, eta, interactive, progress, stdout_console
-from stream.cli.reach import KAFKA_ENV, TOPICS_ENV, environment
+from stream.cli.reach import KAFKA_ENV, TOPICS_ENV, environment, no_kafka
 from stream.config import ConfigError, Settings
 from stream.ops.admin import admin as admin_client
 from stream.ops.control import read_control
-from stream.ops.lag import LagReport, Stalls, behind, caught_up_status, read_lag, unreachable
+from stream.ops.lag import LagReport, Stalls, behind, caught_up_status, read_lag
 from stream.ops.offsets import GroupState, PlanError
+from stream.ops.probe import kafka_error_line
 
 BROKER_ERRORS = (KafkaException, RuntimeError, TimeoutError, ValueError)
 
@@ -85,23 +86,10 @@ def number(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-def said_unreachable(command: str, settings: Settings, why: str | None) -> bool:
-    """Say so at once when no bootstrap server answers (``why``, from ``unreachable``)
-    rather than after the AdminClient's 20 s timeout: the usual cause is a shell without
-    the workers' settings."""
-    if why is None:
-        return False
-    print(
-        f"stream {command}: cannot reach Kafka at {settings.bootstrap_servers}"
-        f" (KAFKA_BOOTSTRAP_SERVERS): {why}. Run it with the workers' settings"
-        " (KAFKA_*, STREAM_APP_ID, STREAM_INPUT_TOPIC; `make demo` prints its own)",
-        file=sys.stderr,
-    )
-    return True
-
-
-def _no_broker(command: str, settings: Settings) -> bool:
-    return said_unreachable(command, settings, unreachable(settings.bootstrap_servers))
+def broker_failed(command: str, settings: Settings, error: BaseException) -> None:
+    """A request that failed after the probe passed: an authorization refusal names the
+    principal and the resource, anything else is said as librdkafka says it."""
+    print(f"stream {command}: {kafka_error_line(error, settings)}", file=sys.stderr)
 
 
 def lag_table(report: LagReport, stalled: Mapping[int, float] | None = None) -> Table:
@@ -158,7 +146,7 @@ def run_lag(args: argparse.Namespace) -> int:
         print("stream lag: --interval and --stall-after must be > 0", file=sys.stderr)
         return 2
     settings = settings_or_exit()
-    if _no_broker("lag", settings):
+    if no_kafka("lag", settings):
         return 1
     admin = admin_client(settings)
     try:
@@ -170,7 +158,7 @@ def run_lag(args: argparse.Namespace) -> int:
         print(f"stream lag: {error}", file=sys.stderr)
         return 2
     except BROKER_ERRORS as error:
-        print(f"stream lag: {settings.bootstrap_servers}: {error}", file=sys.stderr)
+        broker_failed("lag", settings, error)
         return 1
     generation = control.worker_generation(settings.generation)
     if args.json:

@@ -3,9 +3,13 @@ them before it starts, so a shell without the service's settings gets an answer 
 seconds (and a non-zero status) instead of a client retrying for ever."""
 
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from stream.config import Settings
+
+if TYPE_CHECKING:
+    from stream.ops.probe import Cause
 
 # The help's closing lines: what each kind of command reads from the environment.
 KAFKA_ENV = (
@@ -18,7 +22,10 @@ REDIS_ENV = (
 )
 TOPICS_ENV = "STREAM_APP_ID, STREAM_INPUT_TOPIC, STREAM_OUTPUT_TOPIC"
 LIMITS_ENV = "the worker's limits (STREAM_MAX_*, STREAM_RESETS, STREAM_SESSION_TTL)"
-HINT = "`make demo` prints the export line for its own"
+HINT = "Run it with the service's settings (`make demo` prints the export line for its own)"
+# The Redis user each operator command needs (helm/context-stream/files/redis-acl.conf).
+READER = "the gateway's Redis user (reads only: context-stream-gateway)"
+WRITER = "the worker's Redis user (FCALL: context-stream)"
 
 
 def environment(*parts: str) -> str:
@@ -26,49 +33,40 @@ def environment(*parts: str) -> str:
     return "environment: " + "; ".join(parts) + "."
 
 
-def no_kafka(command: str, settings: Settings) -> bool:
-    """Print why and return True when no bootstrap server accepts a connection."""
-    from stream.ops.lag import unreachable
+def no_kafka(command: str, settings: Settings, topics: Iterable[str] = ()) -> bool:
+    """Print why and return True when Kafka cannot be used with these settings (no broker
+    answers, TLS or the login fails, ``topics`` may not be described): one line naming
+    the variable and librdkafka's own reason, within seconds (``stream.ops.probe``)."""
+    from stream.ops.probe import probe_kafka
 
-    why = unreachable(settings.bootstrap_servers)
-    if why is None:
+    cause = probe_kafka(settings, topics)
+    if cause is None:
         return False
-    print(
-        f"stream {command}: cannot reach Kafka at {settings.bootstrap_servers}"
-        f" (KAFKA_BOOTSTRAP_SERVERS): {why}. Set it to the service's brokers; {HINT}",
-        file=sys.stderr,
-    )
+    print(_said(command, cause), file=sys.stderr)
     return True
 
 
-def redis_client(settings: Settings, timeout: float = 3.0) -> Any:
-    """A synchronous client (standalone or cluster) whose connects and replies give up
-    after ``timeout`` seconds; raises what redis-py raises when no node answers."""
-    import redis
-
-    options = settings.redis_options() | {
-        "socket_connect_timeout": timeout,
-        "socket_timeout": timeout,
-    }
-    if settings.redis_cluster:
-        from redis.cluster import RedisCluster
-
-        return RedisCluster.from_url(settings.redis_url, **options)
-    return redis.Redis.from_url(settings.redis_url, **options)
-
-
 def connect_redis(command: str, settings: Settings) -> Any:
-    """A client that answered PING, or ``None`` after saying why (naming REDIS_URL)."""
-    import redis
+    """A client that answered PING, or ``None`` after saying why in one line (the variable
+    and the reason: DNS, refused, TLS, the login, a permission)."""
+    from stream.ops.probe import connect_redis as connect
 
-    try:
-        client = redis_client(settings)
-        client.ping()
-    except (redis.RedisError, OSError) as error:
-        print(
-            f"stream {command}: cannot reach Redis at {settings.redis_url_redacted}"
-            f" (REDIS_URL): {str(error).rstrip('.')}. Set it to the service's Redis; {HINT}",
-            file=sys.stderr,
-        )
-        return None
+    client, cause = connect(settings)
+    if cause is not None:
+        print(_said(command, cause), file=sys.stderr)
     return client
+
+
+def _said(command: str, cause: "Cause") -> str:
+    # A refusal names what to fix; an address nobody answers at is most often a shell
+    # without the service's settings.
+    return f"stream {command}: {cause.line()}" + ("" if cause.refused else f". {HINT}")
+
+
+def redis_refused(command: str, settings: Settings, error: Exception, user: str) -> None:
+    """A Redis error after the connect (a permission the user lacks), said in one line
+    with the Redis user the command should run as (docs/deploy.md, "Redis users")."""
+    from stream.ops.probe import redis_cause
+
+    cause = redis_cause(type(error).__name__, str(error), settings)
+    print(f"stream {command}: {cause.line()}; it runs as {user}", file=sys.stderr)

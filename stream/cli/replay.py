@@ -21,9 +21,9 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from rich.table import Table
 
-from stream.cli.lag import BROKER_ERRORS, number, said_unreachable, settings_or_exit
+from stream.cli.lag import BROKER_ERRORS, broker_failed, number, settings_or_exit
 from stream.cli.progress import progress, stdout_console
-from stream.cli.reach import KAFKA_ENV, TOPICS_ENV, environment
+from stream.cli.reach import KAFKA_ENV, TOPICS_ENV, environment, no_kafka
 from stream.config import Settings
 from stream.ops.admin import admin as admin_client
 from stream.ops.control import (
@@ -39,7 +39,6 @@ from stream.ops.control import (
     truncate_changelog,
     write_control,
 )
-from stream.ops.lag import unreachable
 from stream.ops.offsets import (
     AtOffsets,
     AtTime,
@@ -328,10 +327,6 @@ def _plan(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> R
     return Replay(state, plan)
 
 
-def _no_broker(command: str, settings: Settings) -> bool:
-    return said_unreachable(command, settings, unreachable(settings.bootstrap_servers))
-
-
 class Aborted(RuntimeError):
     """A member joined the group after the plan: stopped before a write."""
 
@@ -343,7 +338,7 @@ def run_replay(args: argparse.Namespace) -> int:
         return 2
     settings = settings_or_exit()
     out = stdout_console()
-    if _no_broker("replay", settings):
+    if no_kafka("replay", settings):
         return 1
     admin = admin_client(settings)
     try:
@@ -352,7 +347,7 @@ def run_replay(args: argparse.Namespace) -> int:
         print(f"stream replay: {error}", file=sys.stderr)
         return 2
     except BROKER_ERRORS as error:
-        print(f"stream replay: {settings.bootstrap_servers}: {error}", file=sys.stderr)
+        broker_failed("replay", settings, error)
         return 1
     plan, rebuild = replay.plan, replay.rebuild
     if plan is not None:

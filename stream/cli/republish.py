@@ -5,7 +5,15 @@ import sys
 from typing import Any
 
 from stream.cli.progress import progress
-from stream.cli.reach import KAFKA_ENV, REDIS_ENV, connect_redis, environment, no_kafka
+from stream.cli.reach import (
+    KAFKA_ENV,
+    REDIS_ENV,
+    WRITER,
+    connect_redis,
+    environment,
+    no_kafka,
+    redis_refused,
+)
 from stream.config import Settings
 
 
@@ -24,6 +32,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import redis
+
     from stream.ops.republish import republish
 
     settings = Settings.from_env()
@@ -41,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
             report = republish(settings, args.session, reading.advance, writing.advance)
         except RuntimeError as error:
             print(f"stream republish: {error}", file=sys.stderr)
+            return 1
+        except redis.RedisError as error:  # a permission the user lacks: one line, no trace
+            redis_refused("republish", settings, error, WRITER)
             return 1
     print(
         f"republished {report.sessions:,} sessions from {report.records:,} records in"

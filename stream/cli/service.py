@@ -10,6 +10,8 @@ from stream.cli.settings import epilog
 from stream.config import Settings
 from stream.session.input import MAX_GENERATION
 
+EXIT_REDIS_REFUSED = 3  # as the worker's EXIT_STOPPED: Redis said no, a restart will not help
+
 
 def register(commands: Any) -> None:
     worker = commands.add_parser(
@@ -64,18 +66,24 @@ def register(commands: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from stream.app import run
+    from stream.ops.probe import authorization, probe_kafka, probe_redis
 
     settings = Settings.from_env()
     logging_config = json_logging(args.loglevel.upper()) if settings.log_format == "json" else None
+    # Before Faust: a wrong setting is one line naming it and the real reason, within
+    # seconds, not a client retrying for ever. Once running, outages are ridden out.
+    cause = probe_kafka(settings, (settings.input_topic,)) or probe_redis(settings)
+    if cause is not None:
+        print(f"stream worker: {cause.line()}", file=sys.stderr)
+        # A Redis refusal is the permanent Redis error of a running worker (status 3).
+        return EXIT_REDIS_REFUSED if cause.service == "Redis" and cause.refused else 1
+    from stream.app import run  # Faust, only once the probes passed
+
     try:
         return run.run(settings, args.loglevel, logging_config)
     except run.SetupError as error:
-        print(
-            f"stream worker: cannot prepare topics on {settings.bootstrap_servers}"
-            f" (KAFKA_BOOTSTRAP_SERVERS): {error}",
-            file=sys.stderr,
-        )
+        said = authorization(str(error), settings) or str(error)
+        print(f"stream worker: cannot start: {said}", file=sys.stderr)
         return run.EXIT_SETUP
 
 
@@ -109,7 +117,7 @@ def run_produce(args: argparse.Namespace) -> int:
         print("stream produce: --segment must be at least 1", file=sys.stderr)
         return 2
     settings = Settings.from_env()
-    if no_kafka("produce", settings):
+    if no_kafka("produce", settings, (args.topic or settings.input_topic,)):
         return 1
     if args.reset_generation is not None and not 1 <= args.reset_generation <= MAX_GENERATION:
         print(f"stream produce: --reset-generation must be in 1..{MAX_GENERATION}", file=sys.stderr)

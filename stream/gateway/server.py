@@ -278,6 +278,14 @@ def run(args: argparse.Namespace) -> int:
             " who reaches it",
             bind,
         )
+    from stream.ops.probe import probe_redis
+
+    # A wrong REDIS_URL or login is one line and exit 1 now, not a gateway that listens
+    # and answers 503 to everyone; once serving, a Redis outage is ridden out.
+    cause = probe_redis(settings)
+    if cause is not None:
+        print(f"stream serve: {cause.line()}", file=sys.stderr)
+        return 1
     try:
         asyncio.run(_serve(settings, config, bind, port, verifier))
     except OSError as error:

@@ -2,10 +2,10 @@
 
 import time
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.config import Settings
+from stream.ops.topics import create_missing, specs
 
 
 def admin(settings: Settings) -> AdminClient:
@@ -15,30 +15,23 @@ def admin(settings: Settings) -> AdminClient:
 
 
 def ensure_topics(settings: Settings, timeout: float = 20.0) -> int:
-    """Create the input, output (compacted) and dead-letter topics when missing.
+    """Create the input, output (compacted) and dead-letter topics when missing, as their
+    specs say (``stream.ops.topics``, the one home of the topics' settings).
 
     Returns the input topic's partition count: the state table must have exactly as many
     partitions (co-partitioning), whatever ``STREAM_PARTITIONS`` says.
     """
     client = admin(settings)
-    wanted = {
-        settings.input_topic: {},
-        settings.output_topic: {"cleanup.policy": "compact"},
-        settings.dlq_topic: {},
-    }
     existing = client.list_topics(timeout=timeout).topics
-    missing = [
-        NewTopic(name, settings.partitions, settings.replication_factor, config=config)
-        for name, config in wanted.items()
-        if name not in existing
-    ]
-    if missing:
-        for name, future in client.create_topics(missing, request_timeout=timeout).items():
-            try:
-                future.result()
-            except KafkaException as error:
-                if error.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: a racing worker won
-                    raise RuntimeError(f"cannot create topic {name}: {error}") from None
+    create_missing(
+        client,
+        [
+            spec
+            for spec in specs(settings)
+            if spec.role in ("input", "output", "dlq") and spec.name not in existing
+        ],
+        timeout,
+    )
     return partition_count(client, settings.input_topic, timeout)
 
 

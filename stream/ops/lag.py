@@ -4,12 +4,10 @@ Read with the AdminClient only (ListOffsets, OffsetFetch, DescribeGroups), so lo
 never joins the group, commits, or disturbs a running replay.
 
 Also pure helpers for ``stream lag --watch``: ``Stalls`` flags a partition whose committed
-offset has not moved for a while although records wait, ``behind`` names what is left,
-and ``unreachable`` answers in a moment when no bootstrap server accepts a connection
-(the AdminClient would otherwise wait out its whole request timeout).
+offset has not moved for a while although records wait, and ``behind`` names what is left.
+(Whether the brokers can be used at all is ``stream.ops.probe``'s, before any of this.)
 """
 
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -136,35 +134,3 @@ def behind(report: LagReport, stalled: Mapping[int, float] | None = None) -> lis
 def caught_up_status(report: LagReport) -> int:
     """``stream lag --until-caught-up``'s exit status: 0 once the lag is 0, else 1."""
     return 0 if report.lag == 0 else 1
-
-
-def _address(server: str) -> tuple[str, int] | None:
-    """``host:port`` (``[v6]:port``, an optional ``proto://``) as a socket address."""
-    server = server.strip().rpartition("://")[2]
-    if server.startswith("["):
-        host, _, rest = server[1:].partition("]")
-        port = rest.removeprefix(":")
-    else:
-        host, sep, port = server.rpartition(":")
-        if not sep:
-            host, port = server, "9092"
-    try:
-        return (host, int(port or 9092)) if host else None
-    except ValueError:
-        return None
-
-
-def unreachable(bootstrap_servers: str, timeout: float = 3.0) -> str | None:
-    """Why no bootstrap server accepts a TCP connection, or ``None`` when one does (or an
-    address is not one we can parse: then the client's own error is the better one)."""
-    failures = []
-    for server in filter(None, (s.strip() for s in bootstrap_servers.split(","))):
-        address = _address(server)
-        if address is None:
-            return None
-        try:
-            with socket.create_connection(address, timeout=timeout):
-                return None
-        except OSError as error:
-            failures.append(f"{server}: {error.strerror or error}")
-    return "; ".join(failures) or "no bootstrap server given"

@@ -31,7 +31,7 @@ def _fake(monkeypatch: pytest.MonkeyPatch, reports: Iterator[LagReport]) -> None
             break
         return seen[-1]
 
-    monkeypatch.setattr(cli, "unreachable", lambda *_: None)
+    monkeypatch.setattr(cli, "no_kafka", lambda *_: False)
     monkeypatch.setattr(cli, "admin_client", lambda _: object())
     monkeypatch.setattr(cli, "read_lag", read_lag)
     monkeypatch.setattr(cli, "read_control", lambda *_: Control(generation=2, epoch=1))

@@ -39,7 +39,7 @@ def _no_broker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise AssertionError("a refused replay must not contact the broker")
 
     monkeypatch.setattr(cli, "admin_client", refuse)
-    monkeypatch.setattr(cli, "unreachable", refuse)
+    monkeypatch.setattr(cli, "no_kafka", refuse)
     return calls
 
 
@@ -152,7 +152,7 @@ def test_run_replay_reports_an_abort_with_status_1(
 ) -> None:
     broker = Broker(joins_after=0)
     broker.install(monkeypatch)
-    monkeypatch.setattr(cli, "unreachable", lambda *_: None)
+    monkeypatch.setattr(cli, "no_kafka", lambda *_: False)
     monkeypatch.setattr(cli, "admin_client", lambda _: object())
     monkeypatch.setattr(cli, "_plan", lambda *_: _replay(Latest(), rebuild=False))
     assert main(["replay", "--to-latest", "--yes"]) == 1
@@ -166,10 +166,11 @@ def test_an_unreachable_broker_fails_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
-    monkeypatch.setattr(cli, "unreachable", lambda servers: f"{servers}: Connection refused")
+    # The real probe, against a closed port: refused at once, said before any AdminClient.
     monkeypatch.setattr(cli, "admin_client", lambda _: pytest.fail("no AdminClient"))
     assert main(["replay", "--to-earliest"]) == 1
     assert main(["lag"]) == 1
     err = capsys.readouterr().err
     assert "stream replay: cannot reach Kafka at 127.0.0.1:9 (KAFKA_BOOTSTRAP_SERVERS)" in err
+    assert "connection refused" in err
     assert "stream lag: cannot reach Kafka at 127.0.0.1:9" in err and "make demo" in err

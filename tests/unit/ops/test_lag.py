@@ -1,12 +1,6 @@
-"""``LagReport`` arithmetic and its JSON, stalls, the exit status and the broker probe
-(no broker)."""
+"""``LagReport`` arithmetic and its JSON, stalls and the exit status (no broker)."""
 
-import socket
-import time
-
-import pytest
-
-from stream.ops.lag import LagReport, Stalls, _address, behind, caught_up_status, unreachable
+from stream.ops.lag import LagReport, Stalls, behind, caught_up_status
 from stream.ops.offsets import GroupState, Member, PartitionOffsets
 
 
@@ -80,44 +74,3 @@ def test_behind_and_the_exit_status() -> None:
         "partition 1: lag 1,300 (committed 200, end 1,500), stalled: no commit for 75 s",
         "partition 2: lag 5 (committed -, end 9)",
     ]
-
-
-@pytest.mark.parametrize(
-    ("server", "address"),
-    [
-        ("127.0.0.1:29092", ("127.0.0.1", 29092)),
-        (" broker-0.kafka:9093 ", ("broker-0.kafka", 9093)),
-        ("SASL_SSL://broker:9094", ("broker", 9094)),
-        ("[::1]:9092", ("::1", 9092)),
-        ("[::1]", ("::1", 9092)),
-        ("broker", ("broker", 9092)),
-        ("broker:x", None),
-        (":9092", None),
-    ],
-)
-def test_bootstrap_addresses(server: str, address: tuple[str, int] | None) -> None:
-    assert _address(server) == address
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def test_unreachable_answers_at_once_for_a_closed_port() -> None:
-    port = _closed_port()
-    began = time.monotonic()
-    why = unreachable(f"127.0.0.1:{port}")
-    assert why is not None and f"127.0.0.1:{port}" in why and "refused" in why.lower()
-    assert time.monotonic() - began < 2
-    assert unreachable("") == "no bootstrap server given"
-    assert unreachable("weird:address") is None  # the client's own error says more
-
-
-def test_one_listening_server_is_enough() -> None:
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        port = server.getsockname()[1]
-        assert unreachable(f"127.0.0.1:{_closed_port()},127.0.0.1:{port}") is None
