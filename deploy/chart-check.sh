@@ -279,6 +279,11 @@ none=("${gw[@]}" --set gateway.auth.mode=none)
 refuse "own read-only user" "${none[@]}" --set redis.auth.existingSecret=r
 refuse "another Redis user" "${none[@]}" --set redis.auth.existingSecret=r,gateway.redis.auth.existingSecret=g
 refuse "gateway.redis.url carries a password" "${none[@]}" --set gateway.redis.url=redis://gw:pw@redis:6379/0
+# A gateway that checks no tokens is never exposed to every source (the NetworkPolicy's
+# "anywhere" is ci/unauthenticated-anywhere-refused.yaml): nor outside the cluster unguarded.
+refuse "/gateway/service/type.*ClusterIP" "${none[@]}" --set networkPolicy.enabled=false,gateway.service.type=LoadBalancer
+refuse "gateway.auth.mode none on a NodePort Service with networkPolicy.enabled false" "${none[@]}" \
+  --set networkPolicy.enabled=false,gateway.service.type=NodePort --skip-schema-validation
 # One ServiceAccount per workload: the gateway never runs as the workers' identity.
 refuse "share the ServiceAccount \"refused-context-stream\"" "${none[@]}" --set gateway.serviceAccount.name=refused-context-stream
 refuse "share the ServiceAccount \"default\"" "${none[@]}" \

@@ -820,8 +820,15 @@ def test_by_default_the_gateway_takes_only_labelled_clients() -> None:
     assert _egress_ports(gateway) == {(53, "UDP"), (53, "TCP"), (6379, "TCP")}
     dns, redis = gateway["egress"]
     assert (dns["to"], redis["to"]) == ([KUBE_DNS], RELEASE_NAMESPACE)
-    # "Anywhere" only when said, and then only on the HTTP port.
-    opened = _policy(_render("", *sets, "networkPolicy.gateway.allowFromAnywhere=true"), "gateway")
+    # "Anywhere" only when said, and then only on the HTTP port (and only with tokens).
+    checked = (
+        "gateway.enabled=true",
+        "gateway.auth.jwks.existingSecret=keys",
+        "gateway.auth.audience=context-stream",
+    )
+    opened = _policy(
+        _render("", *checked, "networkPolicy.gateway.allowFromAnywhere=true"), "gateway"
+    )
     assert opened["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
     assert opened["egress"] == gateway["egress"]
 
@@ -877,7 +884,11 @@ def _render_file(path: Path, *sets: str) -> tuple[dict[str, Any], ...]:
 
 
 def test_there_are_refused_value_sets() -> None:
-    assert {p.name for p in REFUSED} >= {"no-audience-refused.yaml", "open-gateway-refused.yaml"}
+    assert {p.name for p in REFUSED} >= {
+        "no-audience-refused.yaml",
+        "open-gateway-refused.yaml",
+        "unauthenticated-anywhere-refused.yaml",
+    }
 
 
 @needs_helm

@@ -197,6 +197,13 @@ without keys to check tokens against unless authentication is turned off explici
 {{- else if or $keyFile $gw.auth.jwksUrl $gw.auth.audience $gw.auth.issuer }}
 {{- fail "gateway.auth.mode none checks no tokens: unset gateway.auth.jwks, jwksUrl, audience and issuer, or set gateway.auth.mode jwt" }}
 {{- end }}
+{{- /* values.schema.json says so too; this holds when the schema is skipped. */}}
+{{- if and (eq $gw.auth.mode "none") .Values.networkPolicy.gateway.allowFromAnywhere }}
+{{- fail "gateway.auth.mode none with networkPolicy.gateway.allowFromAnywhere: any source could read every session; set gateway.auth.mode jwt (with its keys), or name who may reach the gateway in networkPolicy.gateway.from" }}
+{{- end }}
+{{- if and (eq $gw.auth.mode "none") (not .Values.networkPolicy.enabled) (ne $gw.service.type "ClusterIP") }}
+{{- fail (printf "gateway.auth.mode none on a %s Service with networkPolicy.enabled false: any source could read every session; set gateway.auth.mode jwt (with its keys), or keep the NetworkPolicies on and name who may reach the gateway in networkPolicy.gateway.from" $gw.service.type) }}
+{{- end }}
 {{- if regexMatch "^rediss?://[^/@]*:[^/@]*@" (include "context-stream.gatewayRedisUrl" .) }}
 {{- fail "gateway.redis.url carries a password: put it in the Secret named by gateway.redis.auth.existingSecret" }}
 {{- end }}
