@@ -423,10 +423,13 @@ def run(args: argparse.Namespace) -> int:
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     live = not args.json and not args.lines and sys.stdout.isatty()
     session = args.session or args.session_option
-    if session:
-        _watch_session(client, settings, session, args, live, deadline)
-    else:
-        _watch_all(client, settings, args, live, deadline)
+    try:
+        if session:
+            _watch_session(client, settings, session, args, live, deadline)
+        else:
+            _watch_all(client, settings, args, live, deadline)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a watch ends: exit 0, not the shell's 130 for a failure
     return 0
 
 

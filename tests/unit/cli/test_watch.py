@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console, RenderableType
 from rich.text import Text
 
+from stream.cli import main, watch
 from stream.cli.watch import (
     BAR_WIDTH,
     SEGMENT_STYLE,
@@ -227,3 +228,22 @@ def test_changed_is_bounded_and_forgets_the_stalest_first() -> None:
     assert list(changes.shown) == ["b", "c"]
     assert changes.new("a", EXAMPLE)  # forgotten: printed again, never missed
     assert not changes.new("c", EXAMPLE)
+
+
+@pytest.mark.parametrize("session", [None, "s1"])
+def test_ctrl_c_ends_a_watch_with_status_0(
+    monkeypatch: pytest.MonkeyPatch, session: str | None
+) -> None:
+    """Ctrl-C is how a watch ends, the table's and a session's alike: not a failure."""
+
+    class Reached:
+        def close(self) -> None:
+            pass
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(watch, "connect_redis", lambda command, settings: Reached())
+    monkeypatch.setattr(watch, "_watch_all", interrupted)
+    monkeypatch.setattr(watch, "_watch_session", interrupted)
+    assert main(["watch", *([session] if session else []), "--lines"]) == 0
