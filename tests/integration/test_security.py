@@ -8,8 +8,8 @@ Each scenario ends with the fault suite's verifier (``verdict.verify``: the offl
 equals Redis and the output topic, every event accounted for, dead letters exact), and
 the credentials must appear nowhere the service writes: worker logs, the output, changelog
 and dead-letter topics, Redis, the metrics and probe pages. The listeners are shown to
-enforce what they are configured for, and a worker given a wrong password stops with a
-clear message that does not quote it.
+enforce what they are configured for, and a worker given a wrong password stops within
+seconds naming the variables and the real reason, without quoting it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import random
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,8 @@ from confluent_kafka.admin import AdminClient
 
 from tests.integration.broker import Broker
 from tests.integration.faults import Ledger, input_topic, produce_now, say, session_traffic
-from tests.integration.harness import REPO, Deployment, free_ports, wait_until
+from tests.integration.harness import REPO, Deployment, free_ports
+from tests.integration.pki import Pki, make_pki
 from tests.integration.verdict import Verdict, verify
 
 pytestmark = pytest.mark.integration
@@ -46,51 +48,9 @@ def _secret() -> str:
 # --------------------------------------------------------------------------- certificates
 
 
-@dataclass(frozen=True)
-class Pki:
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
-    _openssl(
-        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"),
-        *("-keyout", "ca.key", "-out", "ca.pem"),
-        *("-subj", "/CN=context-stream-test-CA"),
-        *("-addext", "basicConstraints=critical,CA:TRUE"),
-        *("-addext", "keyUsage=critical,keyCertSign,cRLSign"),
-        cwd=d,
-    )
-    for who in ("server", "client"):
-        _openssl(
-            *f"req -newkey rsa:2048 -nodes -keyout {who}.key -out {who}.csr".split(),
-            *("-subj", f"/CN={who}"),
-            cwd=d,
-        )
-        (d / f"{who}.ext").write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-            f"extendedKeyUsage={'serverAuth' if who == 'server' else 'clientAuth'}\n"
-            "basicConstraints=CA:FALSE\n"
-        )
-        _openssl(
-            *f"x509 -req -in {who}.csr -CA ca.pem -CAkey ca.key -CAcreateserial".split(),
-            *f"-out {who}.pem -days 2 -extfile {who}.ext".split(),
-            cwd=d,
-        )
-    for key in d.glob("*.key"):
-        key.chmod(0o600)
-    return Pki(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key")
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 # --------------------------------------------------------------------------- servers
@@ -390,36 +350,36 @@ def test_the_listeners_enforce_authentication(secure_kafka: SecureKafka, pki: Pk
     assert not metadata(secure_kafka.ssl, no_certificate)
 
 
-def test_a_wrong_kafka_password_stops_the_worker_without_quoting_it(secured: Secured) -> None:
-    wrong = _secret()
-    deployment = secured.sasl_deployment(kafka_password=wrong)
+def _stopped_at_start(deployment: SecureDeployment, tag: str) -> tuple[int, str, float]:
+    """Start a worker that must stop before it is ready: its status, log and seconds."""
+    began = time.monotonic()
     with pytest.raises(AssertionError, match="exited early"):
-        deployment.start_worker("badkafka")
-    worker = deployment.workers[0]
-    assert worker.process is not None and worker.process.returncode not in (0, None)
-    log = worker.log()
-    assert "cannot prepare topics" in log or "Authentication" in log, log[-2000:]
-    _assert_not_quoted(log, wrong, *secured.passwords)
+        deployment.start_worker(tag)
+    worker = deployment.workers[-1]
+    assert worker.process is not None
+    code = worker.process.wait(30)
+    return code, worker.log(), time.monotonic() - began
 
 
-def test_a_wrong_redis_password_stops_the_worker_without_quoting_it(secured: Secured) -> None:
-    """A permanent Redis refusal stops the worker with exit 3 and a clear message
-    (contract: "What is published"), quoting no credential.
-    (Regression: the re-seed's marker write once crashed it with exit 1 and a traceback.)
-    """
+def test_a_wrong_kafka_password_stops_the_worker_naming_the_cause(secured: Secured) -> None:
+    """Within seconds, the variables to fix and librdkafka's own reason, not "Broker
+    transport failure" after its 20 s timeout blaming the address; no password quoted."""
     wrong = _secret()
-    deployment = secured.sasl_deployment(redis_password=wrong)
-    try:
-        deployment.start_worker("badredis")
-        ledger = Ledger(input_topic(deployment))
-        produce_now(deployment, ledger, session_traffic(random.Random(9), "r", 2, (5, 10)))
-    except AssertionError as error:
-        assert "exited early" in str(error)  # it may stop before it is ready
-    worker = deployment.workers[0]
-    process = worker.process
-    assert process is not None
-    wait_until(lambda: process.poll() is not None, 120, "the worker to stop")
-    log = worker.log()
+    code, log, took = _stopped_at_start(secured.sasl_deployment(kafka_password=wrong), "bad")
+    assert code == 1, log[-2000:]
+    assert "(KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD): SASL authentication error" in log
+    assert "invalid credentials" in log and "Broker transport failure" not in log
+    assert took < 10, took
     _assert_not_quoted(log, wrong, *secured.passwords)
-    assert process.returncode == 3, log[-2000:]
-    assert "stream worker: stopped:" in log, log[-2000:]
+
+
+def test_a_wrong_redis_password_stops_the_worker_naming_the_cause(secured: Secured) -> None:
+    """A Redis login refused at start: exit 3 (a permanent Redis error, as when a running
+    worker meets one) within seconds, naming the variables, quoting no credential. A
+    refusal after start-up stops it the same way (test_worker.py)."""
+    wrong = _secret()
+    code, log, took = _stopped_at_start(secured.sasl_deployment(redis_password=wrong), "bad")
+    assert code == 3, log[-2000:]
+    assert "(REDIS_USERNAME, REDIS_PASSWORD): login refused: invalid username-password" in log
+    assert took < 10, took
+    _assert_not_quoted(log, wrong, *secured.passwords)
