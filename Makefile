@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Kafka's compatibility target: `make test` runs the worker's end-to-end tests on it too
+# (the rest of the suite runs on deploy/kafka.sh's default, the current Kafka 4 line).
+KAFKA_COMPAT ?= 3.9.1
 # The fold core compiled by mypyc (stream/native.py, docs/notes/012-compiled-core.md), rebuilt
 # when any core source changes; `import stream` falls back to Python when it does not match.
 NATIVE := stream/_native/manifest.json
@@ -16,6 +19,7 @@ NATIVE_SOURCES := stream/native.py stream/output/headers.py $(wildcard stream/co
 # compiled core, a Kafka assembled from Maven Central, redis-server), and for the tests the
 # Node oracle, the interface checker's parsers and Chromium.
 setup: demo-setup tests/oracle/node_modules/.installed tests/interface/node_modules/.installed
+	@KAFKA_VERSION=$(KAFKA_COMPAT) bash deploy/kafka.sh fetch >/dev/null
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 # The demo's part of setup: no Node oracle and no Chromium (the page opens in your browser).
@@ -75,7 +79,7 @@ tests/interface/node_modules/.installed: tests/interface/package.json tests/inte
 demo: demo-setup
 	@bash deploy/demo.sh
 
-test: setup lint types unit chart oracle interface integration
+test: setup lint types unit chart oracle interface integration integration-compat
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check stream tests benchmarks
@@ -99,8 +103,15 @@ oracle: $(STAMP) tests/oracle/node_modules/.installed
 interface: $(STAMP) tests/interface/node_modules/.installed
 	$(PY) -m pytest tests/interface -q
 
+# On the current Kafka 4 line (deploy/kafka.sh's default), then the worker's end-to-end
+# tests on the compatibility target, Kafka 3.9 (KAFKA_COMPAT).
 integration: setup
 	$(PY) -m pytest tests/integration -q
+
+.PHONY: integration-compat
+integration-compat: setup
+	KAFKA_VERSION=$(KAFKA_COMPAT) $(PY) -m pytest tests/integration/test_worker.py -q \
+		-k 'offline_fold or crash_before_commit or two_workers or restores_rows'
 
 # The deployment files: helm lint + helm template + kubeconform over the chart's value sets
 # (helm and kubeconform built with Go on first use), and tests/deploy (no Docker needed).

@@ -6,13 +6,16 @@
 #   deploy/kafka.sh start --port P --data-dir D [--controller-port C] [--foreground] [--timeout S]
 #                         [--ssl-port P2] [--sasl-ssl-port P3] [--ssl-client-auth required|requested|none]
 #                         [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--scram-user NAME]
+#                         [--authorizer] [--no-auto-create]
 #   deploy/kafka.sh stop  --data-dir D
 #   deploy/kafka.sh cluster-start --ports P1,P2,P3 --data-dir D [--min-isr N] [--timeout S]
 #   deploy/kafka.sh cluster-stop  --data-dir D [--node N]
 #
 # `start` prints the bootstrap address (127.0.0.1:P) on stdout once the broker serves metadata;
-# everything else goes to stderr. Env: KAFKA_VERSION (default: 3.9.1, falling back to 3.9.0),
-# CONTEXT_STREAM_CACHE (default ~/.cache/context-stream), KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS, PYTHON.
+# everything else goes to stderr. Env: KAFKA_VERSION (default: 4.4.0, the current line, falling
+# back to 4.1.1; 3.9.1 is the compatibility target), CONTEXT_STREAM_CACHE (default
+# ~/.cache/context-stream), KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS, PYTHON. Kafka 4 logs through Log4j 2,
+# 3.x through Log4j 1 (reload4j): each gets a configuration of its own kind.
 #
 # Secured listeners, besides the PLAINTEXT one on --port (kept for readiness and local tools):
 # --ssl-port adds a TLS listener (client certificates per --ssl-client-auth, default required),
@@ -21,6 +24,11 @@
 # (--tls-cert/--tls-key/--tls-ca). --scram-user NAME creates SCRAM-SHA-256/512 credentials for
 # NAME when the data dir is first formatted (KRaft: kafka-storage format --add-scram), with the
 # password from KAFKA_SCRAM_PASSWORD; only its salted form (PBKDF2) reaches a command line.
+#
+# Locked down as managed clusters are: --authorizer turns on the StandardAuthorizer with
+# allow.everyone.if.no.acl.found=false (only User:ANONYMOUS, the PLAINTEXT listener and the
+# controller, is a super user: the admin's door; a SCRAM principal gets what ACLs grant it), and
+# --no-auto-create sets auto.create.topics.enable=false.
 #
 # `cluster-start` runs a local KRaft cluster from the same jars: one combined broker+controller
 # node per port (node ids 1.., each controller on its port + 1, data in D/node-N), every
@@ -34,21 +42,26 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$HERE")"
 CACHE_ROOT="${CONTEXT_STREAM_CACHE:-$HOME/.cache/context-stream}"
-VERSIONS="${KAFKA_VERSION:-3.9.1 3.9.0}"   # tried in order
+VERSIONS="${KAFKA_VERSION:-4.4.0 4.1.1}"   # tried in order
 DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # True when something accepts TCP connections on 127.0.0.1:$1 (bash /dev/tcp, no extra tools).
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# True for a version that logs through Log4j 1 (3.x and older); 4.x logs through Log4j 2.
+log4j1() { [[ "$1" =~ ^[0-3]\. ]]; }
+
 # Sets LIBS to a directory holding the broker's runtime classpath, assembling it if needed.
+# The marker holds the POM's digest: libs another POM assembled are assembled again.
 fetch() {
-  local v
+  local v pom_digest
+  pom_digest="$(sha256sum "$HERE/kafka/pom.xml" | cut -d' ' -f1)"
   for v in $VERSIONS; do   # a cached version wins: no mvn, no network
-    if [[ -f "$CACHE_ROOT/kafka-$v/libs/.complete" ]]; then
+    if [[ "$(cat "$CACHE_ROOT/kafka-$v/libs/.complete" 2>/dev/null)" == "$pom_digest" ]]; then
       KAFKA_VER="$v"; LIBS="$CACHE_ROOT/kafka-$v/libs"; return 0
     fi
   done
@@ -62,13 +75,16 @@ fetch() {
     # Run on a copy of the POM so mvn never writes target/ into the repo. Its output is kept
     # for errors only (Debian's mvn 3.8 emits stray ANSI codes even with -q -B).
     cp "$HERE/kafka/pom.xml" "$tmp/pom.xml"
-    if (cd "$tmp" && mvn -q -B -Dkafka.version="$v" "$DEP_PLUGIN:copy-dependencies" \
+    local logging=()
+    if log4j1 "$v"; then logging=(-Dkafka.log4j1); fi
+    if (cd "$tmp" && mvn -q -B -Dkafka.version="$v" ${logging[@]+"${logging[@]}"} \
+          "$DEP_PLUGIN:copy-dependencies" \
           -DincludeScope=runtime -DoutputDirectory="$tmp/jars" >"$tmp/mvn.log" 2>&1); then
       rm "$tmp/pom.xml" "$tmp/mvn.log"
       mv "$tmp/jars"/*.jar "$tmp/" && rmdir "$tmp/jars"
-      touch "$tmp/.complete"
+      echo "$pom_digest" >"$tmp/.complete"
       # Atomic publish; if a concurrent fetch already published, keep theirs.
-      [[ -f "$dest/.complete" ]] || rm -rf "$dest"
+      [[ "$(cat "$dest/.complete" 2>/dev/null)" == "$pom_digest" ]] || rm -rf "$dest"
       mv -T "$tmp" "$dest" 2>/dev/null || rm -rf "$tmp"
       KAFKA_VER="$v"; LIBS="$dest"; return 0
     fi
@@ -79,12 +95,44 @@ fetch() {
   die "could not assemble any Kafka version from: $VERSIONS"
 }
 
+# Writes the broker's logging configuration into directory $1 for KAFKA_VER (Log4j 1 for 3.x,
+# Log4j 2 for 4.x) and sets LOG_OPTION, the JVM option naming it. INFO to stdout; the clients'
+# and the request logger's chatter at WARN.
+log_config() {
+  if log4j1 "$KAFKA_VER"; then
+    cat >"$1/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.clients=WARN
+log4j.logger.kafka.request.logger=WARN
+EOF
+    LOG_OPTION="-Dlog4j.configuration=file:$1/log4j.properties"
+  else
+    cat >"$1/log4j2.properties" <<'EOF'
+status = warn
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+EOF
+    LOG_OPTION="-Dlog4j2.configurationFile=file:$1/log4j2.properties"
+  fi
+}
+
 # Parses --port/--data-dir/--controller-port/--foreground/--timeout and the secured-listener
 # options into globals.
 parse_args() {
   PORT="" DATA_DIR="" CONTROLLER_PORT="" FOREGROUND=0 TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
   SSL_PORT="" SASL_SSL_PORT="" SSL_CLIENT_AUTH="required" TLS_CERT="" TLS_KEY="" TLS_CA=""
-  SCRAM_USER=""
+  SCRAM_USER="" AUTHORIZER=0 AUTO_CREATE=true
   while (($#)); do
     case "$1" in
       --port) PORT="${2:?--port needs a value}"; shift 2 ;;
@@ -99,6 +147,8 @@ parse_args() {
       --tls-key) TLS_KEY="${2:?--tls-key needs a value}"; shift 2 ;;
       --tls-ca) TLS_CA="${2:?--tls-ca needs a value}"; shift 2 ;;
       --scram-user) SCRAM_USER="${2:?--scram-user needs a value}"; shift 2 ;;
+      --authorizer) AUTHORIZER=1; shift ;;
+      --no-auto-create) AUTO_CREATE=false; shift ;;
       -h|--help) usage ;;
       *) die "unknown argument: $1" ;;
     esac
@@ -221,7 +271,7 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT$PROTOCOL
 log.dirs=$DATA_DIR/kraft-logs
 num.partitions=1
 default.replication.factor=1
-auto.create.topics.enable=true
+auto.create.topics.enable=$AUTO_CREATE
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=1
 transaction.state.log.replication.factor=1
@@ -232,18 +282,19 @@ EOF
   if [[ -n "$SECURED_PROPERTIES" ]]; then
     printf '%s\n' "$SECURED_PROPERTIES" >>"$DATA_DIR/server.properties"
   fi
-  cat >"$DATA_DIR/log4j.properties" <<'EOF'
-log4j.rootLogger=INFO, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.org.apache.kafka.clients=WARN
-log4j.logger.kafka.request.logger=WARN
+  if ((AUTHORIZER)); then
+    # ANONYMOUS is whoever comes through a PLAINTEXT listener: the controller, the broker
+    # itself and the local admin's tools. Everyone else needs ACLs.
+    cat >>"$DATA_DIR/server.properties" <<'EOF'
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS
 EOF
+  fi
+  log_config "$DATA_DIR"
 
   local java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx512m -Xms256m} ${KAFKA_JVM_OPTS:-}
-    -XX:+UseG1GC -Djava.awt.headless=true
-    "-Dlog4j.configuration=file:$DATA_DIR/log4j.properties" -cp "$LIBS/*")
+    -XX:+UseG1GC -Djava.awt.headless=true "$LOG_OPTION" -cp "$LIBS/*")
 
   # Format once; meta.properties marks an already formatted log dir. The cluster id is a Kafka
   # Uuid (16 random bytes, base64url without padding), generated here to save a JVM start.
@@ -354,7 +405,7 @@ for port in ports:
 PYEOF
 }
 
-# Writes node $1's server.properties and log4j.properties into NODE_DIR; $2 is its port.
+# Writes node $1's server.properties and logging configuration into NODE_DIR; $2 is its port.
 node_properties() {
   local id="$1" port="$2" count="${#PORT_LIST[@]}" voters="" i
   for i in "${!PORT_LIST[@]}"; do
@@ -385,14 +436,7 @@ transaction.state.log.min.isr=$MIN_ISR
 transaction.state.log.num.partitions=3
 group.initial.rebalance.delay.ms=0
 EOF
-  cat >"$NODE_DIR/log4j.properties" <<'EOF'
-log4j.rootLogger=INFO, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.org.apache.kafka.clients=WARN
-log4j.logger.kafka.request.logger=WARN
-EOF
+  log_config "$NODE_DIR"
 }
 
 cmd_cluster_start() {
@@ -426,8 +470,7 @@ cmd_cluster_start() {
     done
     node_properties "$id" "$port"
     local java_cmd=(java ${KAFKA_HEAP_OPTS:--Xmx384m -Xms128m} ${KAFKA_JVM_OPTS:-}
-      -XX:+UseG1GC -Djava.awt.headless=true
-      "-Dlog4j.configuration=file:$NODE_DIR/log4j.properties" -cp "$LIBS/*")
+      -XX:+UseG1GC -Djava.awt.headless=true "$LOG_OPTION" -cp "$LIBS/*")
     if [[ ! -f "$NODE_DIR/kraft-logs/meta.properties" ]]; then
       "${java_cmd[@]}" kafka.tools.StorageTool format --ignore-formatted \
         -t "$(cat "$base/cluster.id")" -c "$NODE_DIR/server.properties" >>"$LOG_FILE" 2>&1 \
