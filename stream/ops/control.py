@@ -13,6 +13,16 @@ One compacted, single-partition topic ``{STREAM_APP_ID}-control`` holds one reco
   changelog past what the local copy already holds).
 - ``rebuild``: the input offsets the last rebuild reset the group to, so repeating the same
   rebuild before any worker ran is recognised and changes nothing.
+- ``resets``: the generations claimed for resets (``stream produce --reset``): a reset record
+  on the input topic applies only under one of them. A record without it (an older
+  release's) claims none.
+
+Nothing on the topic is taken as it comes (``choose_control``, note 029): the first record
+must be one step above where the deployment starts (``STREAM_GENERATION``, epoch 0, no
+claims) or above what the worker's state directory last ran with, and each later one
+exactly one step above the last; every operator writer moves exactly one step. The topic
+must be compacted with one partition (``check_control_topic``), created keeping its whole
+history (``min.compaction.lag.ms``), so a fresh worker can check every step.
 """
 
 import logging
@@ -38,6 +48,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
 )
 
 from stream.config import Settings
+from stream.environment import ConfigError
 from stream.ops.admin import admin as admin_client
 from stream.ops.offsets import ResetPlan, watermarks
 
@@ -50,6 +61,16 @@ CONTROL_KEY = b"control"
 MAX_NUMBER = 2**53 - 1  # generations and epochs: published in JSON, compared in Lua
 EPOCH_FILE = "epoch"  # in STREAM_STATE_DIR: the epoch this directory's table state is from
 GENERATION_FILE = "generation"  # in STREAM_STATE_DIR: the highest control generation seen
+RESETS_FILE = "resets"  # in STREAM_STATE_DIR: the generations claimed for resets it ran with
+# Compaction keeps the newest record only, and a worker can check a step only against the
+# one before it: the control topic is created never to compact (a record per operator run).
+KEEP_HISTORY = str(2**63 - 1)  # min.compaction.lag.ms
+
+
+class ControlTopicError(RuntimeError, ConfigError):
+    """The control topic is not one a worker can trust (not compacted, several partitions):
+    what keeps a worker from starting, and an operator command from writing, with the fix
+    (a configuration error to the command line: one line, no traceback)."""
 
 
 class ControlError(ValueError):
@@ -71,6 +92,7 @@ class Control:
     epoch: int = 0
     rebuild: tuple[tuple[int, int], ...] = ()  # (input partition, offset) of the last rebuild
     topic: str = ""  # the input topic those offsets belong to
+    resets: tuple[int, ...] = ()  # generations claimed for resets, ascending
     written_at: str = ""
     written_by: str = ""
 
@@ -95,6 +117,20 @@ class Control:
             )
         return wanted
 
+    def claimed_for_resets(self, configured: int) -> "Control":
+        """The record ``stream produce --reset`` writes: the next generation, claimed for
+        resets (a rebuild or a bare bump claims none)."""
+        generation = self.next_generation(configured)
+        return replace(self, generation=generation, resets=(*self.resets, generation))
+
+    def same_point(self, other: "Control") -> bool:
+        """Whether both stand at the same step (who wrote it and when aside)."""
+        return (self.generation, self.epoch, self.resets) == (
+            other.generation,
+            other.epoch,
+            other.resets,
+        )
+
     def after_rebuild(
         self,
         configured: int,
@@ -108,6 +144,7 @@ class Control:
             epoch=self.epoch + 1,
             rebuild=tuple(sorted(targets.items())),
             topic=topic,
+            resets=self.resets,
         )
 
     def stamped(self) -> "Control":
@@ -127,6 +164,7 @@ class Control:
                 "generation": self.generation,
                 "epoch": self.epoch,
                 "rebuild": {"topic": self.topic, "offsets": {str(p): o for p, o in self.rebuild}},
+                "resets": list(self.resets),
                 "writtenAt": self.written_at,
                 "writtenBy": self.written_by,
             }
@@ -145,14 +183,25 @@ class Control:
                     sorted((int(p), o) for p, o in (rebuild.get("offsets") or {}).items())
                 ),
                 topic=rebuild.get("topic", ""),
+                resets=tuple(value.get("resets") or ()),
                 written_at=value.get("writtenAt", ""),
                 written_by=value.get("writtenBy", ""),
             )
         except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as error:
             raise ValueError(f"unreadable control record {raw[:200]!r}: {error}") from None
-        numbers = (control.generation, control.epoch, *(o for _, o in control.rebuild))
+        numbers = (
+            control.generation,
+            control.epoch,
+            *(o for _, o in control.rebuild),
+            *control.resets,
+        )
         if not all(type(n) is int and 0 <= n <= MAX_NUMBER for n in numbers):
             raise ValueError(f"control record with a bad number: {raw[:200]!r}")
+        claims = control.resets
+        if any(b <= a for a, b in zip((0, *claims), claims, strict=False)) or (
+            claims and claims[-1] > control.generation
+        ):
+            raise ValueError(f"control record with bad claims for resets: {raw[:200]!r}")
         return control
 
 
@@ -167,63 +216,140 @@ class ControlRead:
     problems: tuple[str, ...] = ()
 
 
+def step_problem(before: Control, after: Control, configured: int) -> str | None:
+    """Why ``after`` is not exactly one step above ``before``; ``None`` when it is (pure).
+
+    One step is what an operator writer makes: the generation one above any in use
+    (``before``'s and ``configured``, the deployment's STREAM_GENERATION), the epoch the
+    same or one above (a rebuild), and the claims for resets those before it plus, for a
+    claim that moves no epoch, its own generation.
+    """
+    moves = (
+        f"it moves generation {before.generation} -> {after.generation},"
+        f" epoch {before.epoch} -> {after.epoch}"
+    )
+    following = max(before.generation, configured) + 1
+    if after.generation < following - 1 or after.epoch < before.epoch:
+        return f"{moves} backwards"
+    if after.generation != following or after.epoch > before.epoch + 1:
+        return f"{moves}: not one step (the next generation is {following})"
+    kept, claimed = after.resets[: len(before.resets)], after.resets[len(before.resets) :]
+    if kept != before.resets or claimed not in ((), (after.generation,)):
+        return (
+            f"its claims for resets {_claims(after.resets)} are not"
+            f" {_claims(before.resets)} and at most its own generation"
+        )
+    if claimed and after.epoch != before.epoch:
+        return "a rebuild cannot claim its generation for resets"
+    return None
+
+
+def _claims(resets: Sequence[int]) -> str:
+    shown = ", ".join(map(str, resets[-5:]))
+    return f"[{'..., ' if len(resets) > 5 else ''}{shown}]"
+
+
 def choose_control(
-    records: Sequence[tuple[int, bytes | None, bytes | None]], configured: int = 0
+    records: Sequence[tuple[int, bytes | None, bytes | None]],
+    configured: int = 1,
+    known: Control | None = None,
 ) -> ControlRead:
     """The control record in force among ``(offset, key, value)`` in topic order (pure).
 
-    Nothing but a readable record under the control key that moves the generation and the
-    epoch by at most one step is taken: a garbage value, a tombstone, a lower generation
-    or a jump (past one above the record in force, or above ``configured``, the
-    deployment's STREAM_GENERATION, for the generation) is refused with a reason, and the
-    last good record stays in force. The first record is taken as it is: compaction may
-    have removed the history before it (``prepare_state`` holds it to the state
-    directory's). The problems are those after the record in force: writing a good
-    record again (any `stream replay --new-generation`) supersedes what was refused
-    before it.
+    Nothing is taken as it comes. The walk starts from the deployment's base (generation
+    ``configured``, epoch 0, no claims), or, when the topic's first readable record is not
+    one step above that (its history compacted away, or a topic recreated), from
+    ``known``: the point the worker's state directory last ran with, whose own record
+    and those below it are history already checked. From there each record taken is
+    exactly one step above the last (``step_problem``); a garbage value, a tombstone,
+    another key, a record going backwards, jumping or changing the claims is refused with
+    a reason, and the last good record stays in force (``Control()`` when none: the
+    deployment's base). The problems are those after the record in force: writing a good
+    record (any ``stream replay --new-generation``) supersedes what was refused before.
     """
-    control = Control()
-    first = True
-    problems: list[str] = []
+    read: list[tuple[str, Control | str]] = []
     for offset, key, value in records:
         where = f"offset {offset}"
         if key != CONTROL_KEY:
-            problems.append(f"{where}: a record under key {key!r:.60} ignored")
+            read.append((where, f"a record under key {key!r:.60} ignored"))
+        elif value is None:
+            read.append((where, "a tombstone ignored (the generation never goes back)"))
+        else:
+            try:
+                read.append((where, Control.decode(value)))
+            except ValueError as error:
+                read.append((where, str(error)))
+    base = Control(generation=configured)
+    first = next((c for _, c in read if isinstance(c, Control)), None)
+    # Where the walk stands (the last record taken, or where it starts); what is in force.
+    position, control = base, Control()
+    history = False  # from ``known``: the records below it are behind this worker
+    if known is not None and first is not None and step_problem(base, first, configured):
+        position, control, history = known, known, True
+    taken = False
+    problems: list[str] = []
+    for where, candidate in read:
+        if isinstance(candidate, str):
+            problems.append(f"{where}: {candidate}"[:400])
             continue
-        if value is None:
-            problems.append(f"{where}: a tombstone ignored (the generation never goes back)")
+        if history and not taken:
+            if candidate.generation < position.generation:
+                continue  # before the state directory's own record: checked when it was taken
+            if candidate.same_point(position):
+                control, taken = candidate, True
+                problems.clear()
+                continue
+        reason = step_problem(position, candidate, configured)
+        if reason is not None:
+            problems.append(f"{where}: refused, {reason}"[:400])
             continue
-        try:
-            candidate = Control.decode(value)
-        except ValueError as error:
-            problems.append(f"{where}: {error}"[:400])
-            continue
-        moves = (
-            f"generation {control.generation} -> {candidate.generation},"
-            f" epoch {control.epoch} -> {candidate.epoch}"
-        )
-        if candidate.generation < control.generation or candidate.epoch < control.epoch:
-            problems.append(f"{where}: refused, it moves {moves} backwards")
-            continue
-        step = max(control.generation, configured) + 1
-        if not first and (candidate.generation > step or candidate.epoch > control.epoch + 1):
-            problems.append(f"{where}: refused, it moves {moves}: more than one step")
-            continue
-        control, first = candidate, False
+        control = position = candidate
+        taken = True
         problems.clear()
     return ControlRead(control, tuple(problems))
 
 
-def read_control_log(settings: Settings, timeout: float = 20.0) -> ControlRead:
-    """Every record of the control topic, and the one in force (``choose_control``)."""
-    topic = control_topic(settings)
+def check_control_topic(admin: AdminClient, topic: str, timeout: float = 20.0) -> bool:
+    """Whether ``topic`` exists; raises ``ControlTopicError`` when it is not compacted or
+    has more than one partition. A topic a broker created on a producer's first write
+    (``auto.create.topics.enable``) has neither, and whoever wrote first chose its records."""
     # Listing every topic (no name) never auto-creates the one we look for.
-    if topic not in admin_client(settings).list_topics(timeout=timeout).topics:
+    metadata = admin.list_topics(timeout=timeout).topics.get(topic)
+    if metadata is None:
+        return False
+    resource = ConfigResource("topic", topic)
+    described = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
+    policy = described["cleanup.policy"].value
+    partitions = len(metadata.partitions)
+    if policy == "compact" and partitions == 1:
+        return True
+    raise ControlTopicError(
+        f"{topic} is not a control topic a worker can trust: cleanup.policy={policy},"
+        f" {partitions} partition(s), where it must be compact with 1 (a topic a broker"
+        " auto-created on a first write has its defaults, and records nobody checked)."
+        f" Delete it and create it again: `kafka-topics.sh --delete --topic {topic}`, then"
+        " `stream replay --new-generation` (the operator's principal; it creates the topic"
+        " compacted, one partition, and writes the first step above STREAM_GENERATION; set"
+        " STREAM_GENERATION to the generation the workers published with first)"
+    )
+
+
+def read_control_log(
+    settings: Settings, timeout: float = 20.0, known: Control | None = None
+) -> ControlRead:
+    """Every record of the control topic, and the one in force (``choose_control``) for a
+    reader that last ran with ``known`` (a worker: its state directory's). Raises
+    ``ControlTopicError`` for a topic that cannot be trusted (``check_control_topic``)."""
+    topic = control_topic(settings)
+    if not check_control_topic(admin_client(settings), topic, timeout):
         return ControlRead(Control())
     consumer = Consumer(
         settings.librdkafka()
         | {
-            "group.id": f"{settings.app_id}-control-reader",  # assigned, never joins/commits
+            # The workers' own group, on which they hold READ: assigned, this consumer sends
+            # only FindCoordinator (DESCRIBE), never JoinGroup, OffsetFetch or OffsetCommit,
+            # and librdkafka requires a group.id (docs/notes/026-least-privilege.md).
+            "group.id": settings.app_id,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "log_level": 2,
@@ -253,7 +379,12 @@ def read_control_log(settings: Settings, timeout: float = 20.0) -> ControlRead:
                 break
     finally:
         consumer.close()
-    return choose_control(records, settings.generation)
+    return choose_control(records, settings.generation, known)
+
+
+def worker_control_log(settings: Settings, timeout: float = 20.0) -> ControlRead:
+    """``read_control_log`` from where the worker's state directory last stood."""
+    return read_control_log(settings, timeout, local_control(Path(settings.state_dir)))
 
 
 def read_control(settings: Settings, timeout: float = 20.0) -> Control:
@@ -265,10 +396,14 @@ def read_control(settings: Settings, timeout: float = 20.0) -> Control:
 
 
 def ensure_control_topic(settings: Settings, admin: AdminClient, timeout: float = 20.0) -> None:
+    """Create the control topic (compacted, one partition, its history kept) unless it
+    exists; raises ``ControlTopicError`` for one that exists but cannot be trusted: no
+    operator writes a step nobody will take."""
     topic = control_topic(settings)
-    if topic in admin.list_topics(timeout=timeout).topics:
+    if check_control_topic(admin, topic, timeout):
         return
-    new = NewTopic(topic, 1, settings.replication_factor, config={"cleanup.policy": "compact"})
+    config = {"cleanup.policy": "compact", "min.compaction.lag.ms": KEEP_HISTORY}
+    new = NewTopic(topic, 1, settings.replication_factor, config=config)
     try:
         admin.create_topics([new], request_timeout=timeout)[topic].result()
     except KafkaException as error:
@@ -469,10 +604,30 @@ def local_generation(state_dir: Path) -> int:
         return 0
 
 
-def _record(state_dir: Path, name: str, value: int) -> None:
+def local_resets(state_dir: Path) -> tuple[int, ...]:
+    """The generations claimed for resets this state directory ran with; () when none."""
+    try:
+        claims = orjson.loads((state_dir / RESETS_FILE).read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return ()
+    if type(claims) is not list or not all(type(c) is int for c in claims):
+        return ()
+    return tuple(claims)
+
+
+def local_control(state_dir: Path) -> Control | None:
+    """The step this state directory last ran with (``None``: it never took a record)."""
+    generation = local_generation(state_dir)
+    if not generation:
+        return None
+    return Control(generation, max(0, local_epoch(state_dir)), resets=local_resets(state_dir))
+
+
+def _record(state_dir: Path, name: str, value: int | tuple[int, ...]) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
     temporary = state_dir / f".{name}.tmp"
-    temporary.write_text(f"{value}\n")
+    text = orjson.dumps(list(value)).decode() if isinstance(value, tuple) else str(value)
+    temporary.write_text(f"{text}\n")
     temporary.replace(state_dir / name)  # atomic: a crash leaves the old value
 
 
@@ -481,22 +636,24 @@ def _record_epoch(state_dir: Path, epoch: int) -> None:
 
 
 def prepare_state(
-    settings: Settings, read: Callable[[Settings], ControlRead] = read_control_log
+    settings: Settings, read: Callable[[Settings], ControlRead] = worker_control_log
 ) -> ControlRead:
     """Call before Faust starts: drop the local table state when a rebuild discarded it.
 
     Compares the control record's epoch with ``{STREAM_STATE_DIR}/epoch``; when they
     differ, removes the table's local RocksDB data (Faust then restores what the changelog
     still holds) and records the new epoch. Dropping is always safe, only slower to start.
-    Returns the control record in force and the records refused (``choose_control``);
-    a generation below the one this state directory last ran with is refused too (a
-    compaction may have removed the good record a tombstone or garbage followed). Publish
+    Returns the control record in force and the records refused (``choose_control``,
+    from where this state directory last stood); a generation below the one it last ran
+    with is refused too (a topic recreated, or a state directory from elsewhere). Publish
     with ``control.worker_generation(settings.generation)``. Raises ``RuntimeError`` (with
     the reason) when the topic cannot be read or the state cannot be removed: starting on
     discarded state would publish stale rows.
     """
     try:
         found = read(settings)
+    except ControlTopicError:
+        raise  # its own message names the fix
     except (KafkaException, TimeoutError, ValueError) as error:
         raise RuntimeError(f"cannot read {control_topic(settings)}: {error}") from None
     control, problems = found.control, list(found.problems)
@@ -506,13 +663,6 @@ def prepare_state(
         problems.append(
             f"generation {control.generation} is below {floor}, the one this state directory"
             f" last ran with: kept {floor}"
-        )
-        control = replace(control, generation=floor)
-    elif floor and control.generation > max(floor, settings.generation) + 1:
-        # The record in force jumped, and compaction left nothing before it to refuse it by.
-        problems.append(
-            f"generation {control.generation} jumps past {floor}, the one this state"
-            f" directory last ran with: kept {floor}"
         )
         control = replace(control, generation=floor)
     for problem in problems:
@@ -538,6 +688,8 @@ def prepare_state(
         )
     if control.generation > floor:
         _record(state_dir, GENERATION_FILE, control.generation)
+    if control.resets != local_resets(state_dir):
+        _record(state_dir, RESETS_FILE, control.resets)
     return ControlRead(control, tuple(problems))
 
 
@@ -553,11 +705,10 @@ def worker_settings(settings: Settings) -> tuple[Settings, tuple[str, ...]]:
 
 
 def claim_generation(settings: Settings) -> int:
-    """Move the control record's generation one above any in use and return it: what a
-    ``stream produce --reset`` writes its sessions under, so a later rebuild (which moves
-    above it again) can never publish below them."""
-    current = read_control(settings)
-    following = plan_generation(current, settings.generation)
-    assert following is not None  # a bare bump always moves
+    """Move the control record's generation one above any in use, claimed for resets, and
+    return it: what a ``stream produce --reset`` writes its sessions under (a worker takes
+    a reset only under a generation so claimed), so a later rebuild (which moves above it
+    again) can never publish below them."""
+    following = read_control(settings).claimed_for_resets(settings.generation)
     write_control(settings, following.stamped())
     return following.generation

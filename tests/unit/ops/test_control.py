@@ -18,11 +18,13 @@ from stream.ops.control import (
     changelog_topic,
     choose_control,
     control_topic,
+    local_control,
     local_epoch,
     local_table_paths,
     plan_generation,
     plan_rebuild,
     prepare_state,
+    step_problem,
 )
 from stream.ops.offsets import Earliest, PartitionOffsets, plan_reset
 
@@ -41,11 +43,13 @@ def test_topic_names() -> None:
 
 
 def test_control_round_trips_and_ignores_unknown_fields() -> None:
-    control = Control(3, 7, ((0, 0), (2, 15)), "events").stamped()
+    control = Control(3, 7, ((0, 0), (2, 15)), "events", resets=(2, 3)).stamped()
     assert Control.decode(control.encode()) == control
     value = orjson.loads(control.encode()) | {"newerField": {"x": 1}}
     assert Control.decode(orjson.dumps(value)) == control
     assert Control.decode(b"{}") == Control()
+    # An older release's record claims no generation for resets.
+    assert Control.decode(b'{"generation": 4, "epoch": 1}') == Control(4, 1)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +62,10 @@ def test_control_round_trips_and_ignores_unknown_fields() -> None:
         b'{"generation": 1.5}',
         b'{"rebuild": {"offsets": {"x": 1}}}',
         b'{"rebuild": {"offsets": {"0": true}}}',
+        b'{"generation": 3, "resets": [0]}',
+        b'{"generation": 3, "resets": [3, 2]}',
+        b'{"generation": 3, "resets": ["3"]}',
+        b'{"generation": 3, "resets": 3}',
     ],
 )
 def test_unreadable_control_records_are_refused(raw: bytes) -> None:
@@ -164,55 +172,156 @@ def test_prepare_state_reports_a_control_topic_it_cannot_read(tmp_path: Path) ->
         prepare_state(Settings(app_id="ctx", state_dir=str(tmp_path)), read=broken)
 
 
-GOOD = Control(generation=3, epoch=1).encode()
+MAX = 2**53 - 1
+
+
+def _records(*values: Control | bytes | None) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [
+        (n, CONTROL_KEY, v.encode() if isinstance(v, Control) else v) for n, v in enumerate(values)
+    ]
+
+
+# Every operator writer moves exactly one step: a rebuild (generation and epoch), a bare bump
+# (generation), a claim for resets (generation, claimed).
+@pytest.mark.parametrize(
+    ("values", "configured", "in_force"),
+    [
+        ((), 1, Control()),
+        ((Control(2, 1),), 1, Control(2, 1)),  # the first rebuild
+        ((Control(2, 0),), 1, Control(2, 0)),  # the first `--new-generation`
+        ((Control(2, 0, resets=(2,)),), 1, Control(2, 0, resets=(2,))),  # the first claim
+        ((Control(6, 1),), 5, Control(6, 1)),  # above STREAM_GENERATION=5
+        (
+            (
+                Control(2, 1),
+                Control(3, 1, resets=(3,)),
+                Control(4, 2, resets=(3,)),
+                Control(5, 2, resets=(3,)),
+            ),
+            1,
+            Control(5, 2, resets=(3,)),  # a claim carried through a rebuild and a bump
+        ),
+    ],
+)
+def test_a_chain_of_single_steps_from_the_deployments_base_is_taken(
+    values: tuple[Control, ...], configured: int, in_force: Control
+) -> None:
+    found = choose_control(_records(*values), configured)
+    assert found.problems == ()
+    assert found.control.same_point(in_force)
+    if values:
+        assert found.control.resets == values[-1].resets
 
 
 @pytest.mark.parametrize(
-    ("records", "reason"),
+    ("first", "configured", "reason"),
     [
-        ([(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, b"{garbage")], "offset 1: unreadable"),
-        ([(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, None)], "offset 1: a tombstone ignored"),
-        (
-            [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, Control(generation=2, epoch=1).encode())],
-            "moves generation 3 -> 2, epoch 1 -> 1 backwards",
-        ),
-        (
-            [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, Control(generation=4).encode())],
-            "epoch 1 -> 0 backwards",
-        ),
-        (
-            [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, b'{"generation": 18446744073709551616}')],
-            "bad number",
-        ),
-        ([(0, CONTROL_KEY, GOOD), (1, b"other", b"{}")], "under key b'other' ignored"),
+        (b'{"generation": 9007199254740991}', 1, "generation 1 -> 9007199254740991"),
+        (Control(MAX, MAX), 1, "not one step (the next generation is 2)"),
+        (Control(2, MAX), 1, "epoch 0 -> 9007199254740991: not one step"),
+        (Control(2, 2), 1, "epoch 0 -> 2: not one step"),
+        (Control(3, 1), 1, "generation 1 -> 3, epoch 0 -> 1: not one step"),
+        (Control(1, 1), 1, "generation 1 -> 1, epoch 0 -> 1: not one step"),
+        (Control(2, 1), 5, "generation 5 -> 2, epoch 0 -> 1 backwards"),
+        (Control(2, 0, resets=(1,)), 1, "claims for resets [1] are not []"),  # the base
+        (Control(2, 1, resets=(2,)), 1, "a rebuild cannot claim"),
+    ],
+)
+def test_a_forged_first_record_is_refused_and_the_deployments_base_stays(
+    first: Control | bytes, configured: int, reason: str
+) -> None:
+    found = choose_control(_records(first), configured)
+    assert found.control == Control()
+    (problem,) = found.problems
+    assert problem.startswith("offset 0: refused") and reason in problem, problem
+    # The operator's next step is taken after it, and clears the problem.
+    step = choose_control(_records(first, Control(configured + 1, 1)), configured)
+    assert (step.control.generation, step.problems) == (configured + 1, ())
+
+
+GOOD = Control(generation=3, epoch=1)
+
+
+@pytest.mark.parametrize(
+    ("after", "reason"),
+    [
+        (b"{garbage", "offset 2: unreadable"),
+        (None, "offset 2: a tombstone ignored"),
+        (Control(2, 1), "moves generation 3 -> 2, epoch 1 -> 1 backwards"),
+        (Control(4, 0), "epoch 1 -> 0 backwards"),
+        (Control(3, 1), "generation 3 -> 3, epoch 1 -> 1: not one step"),  # again
+        (Control(5, 1), "generation 3 -> 5, epoch 1 -> 1: not one step"),
+        (Control(MAX, 1), "not one step (the next generation is 4)"),
+        (Control(4, 3), "epoch 1 -> 3: not one step"),
+        (Control(4, 1, resets=(2,)), "claims for resets [2] are not []"),
+        (Control(4, 1, resets=(3, 4)), "claims for resets [3, 4] are not []"),
+        (b'{"generation": 18446744073709551616}', "bad number"),
+        (b'{"generation": 4, "epoch": 1, "resets": [4, 4]}', "bad claims for resets"),
+        (b'{"generation": 4, "epoch": 1, "resets": [5]}', "bad claims for resets"),
     ],
 )
 def test_a_bad_control_record_is_refused_loudly_and_the_good_one_stays_in_force(
-    records: list[tuple[int, bytes | None, bytes | None]], reason: str
+    after: Control | bytes | None, reason: str
 ) -> None:
+    records = _records(Control(2, 1), GOOD, after)
     found = choose_control(records)
-    assert (found.control.generation, found.control.epoch) == (3, 1)
+    assert found.control.same_point(GOOD)
     (problem,) = found.problems
-    assert reason in problem
+    assert reason in problem, problem
+    other = choose_control([*_records(Control(2, 1), GOOD), (2, b"other", b"{}")])
+    assert "under key b'other' ignored" in other.problems[0]
 
 
-def test_one_step_counts_from_the_configured_generation_too() -> None:
-    # A deployment that set STREAM_GENERATION=5 by hand rebuilds to 6 from a record at 1.
-    records = [(0, CONTROL_KEY, Control(1, 1).encode()), (1, CONTROL_KEY, Control(6, 2).encode())]
-    assert choose_control(records, configured=5).control == Control(6, 2)
-    assert choose_control(records).problems != ()
+def test_claims_for_resets_are_only_ever_added_by_their_own_step() -> None:
+    claimed = Control(2, 0, resets=(2,))
+    dropped = choose_control(_records(claimed, Control(3, 0)))
+    assert dropped.control.same_point(claimed)
+    assert "claims for resets [] are not [2]" in dropped.problems[0]
+    kept = choose_control(_records(claimed, Control(3, 1, resets=(2,))))
+    assert kept.problems == () and kept.control.resets == (2,)
 
 
-def test_a_jump_compaction_left_alone_is_held_to_the_state_directory(tmp_path: Path) -> None:
-    assert _prepare(tmp_path, Control(generation=2, epoch=1)).generation == 2
-    assert _prepare(tmp_path, Control(generation=2**53 - 1, epoch=1)).generation == 2
+def test_a_history_compacted_away_is_bridged_by_the_state_directory_only() -> None:
+    latest = Control(7, 3, resets=(5,))
+    # A fresh reader cannot check the first retained record: refused.
+    assert choose_control(_records(latest)).control == Control()
+    # A worker that ran with it, or with the step before it, can.
+    for known in (latest, Control(6, 3, resets=(5,)), Control(6, 2, resets=(5,))):
+        found = choose_control(_records(latest), known=known)
+        assert found.control.same_point(latest) and found.problems == (), known
+    # One further back, a step is missing: refused, and the worker keeps its own.
+    behind = Control(5, 2, resets=(5,))
+    found = choose_control(_records(latest), known=behind)
+    assert found.control.same_point(behind)
+    assert "generation 5 -> 7, epoch 2 -> 3: not one step" in found.problems[0]
+    # Same generation and epoch, other claims: not the record the worker ran with.
+    found = choose_control(_records(Control(7, 3, resets=(5, 7))), known=latest)
+    assert found.control.same_point(latest) and "not one step" in found.problems[0]
+
+
+def test_records_below_the_state_directorys_own_are_history() -> None:
+    records = _records(Control(5, 2), Control(6, 2), Control(7, 3))
+    found = choose_control(records, known=Control(6, 2))
+    assert found.control.same_point(Control(7, 3)) and found.problems == ()
+    # A backwards record after the one in force is still refused.
+    found = choose_control(
+        [*records, (3, CONTROL_KEY, Control(5, 3).encode())], known=Control(6, 2)
+    )
+    assert found.control.same_point(Control(7, 3)) and "backwards" in found.problems[0]
+
+
+def test_a_full_history_is_walked_from_the_base_whatever_the_state_directory_says() -> None:
+    # A worker down through two rebuilds: every step is on the topic.
+    records = _records(Control(2, 1), Control(3, 2), Control(4, 3))
+    assert choose_control(records, known=Control(2, 1)).control.same_point(Control(4, 3))
+    # A topic recreated above STREAM_GENERATION set to the generation in use (note 029).
+    found = choose_control(_records(Control(7, 0)), 6, known=Control(6, 2, resets=(5,)))
+    assert found.control.same_point(Control(7, 0)) and found.problems == ()
 
 
 def test_a_good_record_after_a_refused_one_supersedes_the_problem() -> None:
-    later = Control(generation=4, epoch=1).encode()
-    found = choose_control(
-        [(0, CONTROL_KEY, GOOD), (1, CONTROL_KEY, None), (2, CONTROL_KEY, later)]
-    )
+    later = Control(generation=4, epoch=1)
+    found = choose_control(_records(Control(2, 1), GOOD, None, later))
     assert found.control.generation == 4 and found.problems == ()
 
 
@@ -223,6 +332,28 @@ def test_a_generation_below_what_the_state_directory_ran_with_is_kept_up(tmp_pat
     assert found.control.generation == 7
     (problem,) = found.problems
     assert "generation 2 is below 7" in problem
+
+
+def test_the_state_directory_records_the_step_it_runs_with(tmp_path: Path) -> None:
+    assert local_control(tmp_path) is None
+    _prepare(tmp_path, Control(4, 2, resets=(3, 4)))
+    assert local_control(tmp_path) == Control(4, 2, resets=(3, 4))
+    _prepare(tmp_path, Control(5, 3, resets=(3, 4)))
+    assert local_control(tmp_path) == Control(5, 3, resets=(3, 4))
+
+
+def test_a_claim_for_resets_is_the_next_step() -> None:
+    current = Control(3, 2, resets=(2,))
+    claimed = current.claimed_for_resets(1)
+    assert claimed == Control(4, 2, resets=(2, 4))
+    assert step_problem(current, claimed, 1) is None
+    assert current.claimed_for_resets(9).resets == (2, 10)  # above STREAM_GENERATION
+    rebuilt = claimed.after_rebuild(1, "events", {0: 0})
+    assert (rebuilt.generation, rebuilt.epoch, rebuilt.resets) == (5, 3, (2, 4))
+    assert step_problem(claimed, rebuilt, 1) is None
+    bumped = plan_generation(rebuilt, 1)
+    assert bumped is not None and step_problem(rebuilt, bumped, 1) is None
+    assert bumped.resets == (2, 4)
 
 
 def test_a_generation_bump_moves_only_the_generation() -> None:
