@@ -327,7 +327,8 @@ class Settings:
         group=SESSIONS,
         help="take reset records (`stream produce --reset`) from the input topic",
         doc="`1` takes reset records (`stream produce --reset`) from the input topic, and only"
-        " for a generation claimed on the control topic (a higher one is dead-lettered); `0`"
+        " for a generation claimed for resets on the control topic (any other is"
+        " dead-lettered); `0`"
         " (the default) dead-letters every reset, so no producer can start a session over"
         " ([operations](docs/operations.md))",
     )
@@ -541,7 +542,7 @@ class Settings:
             error_chars=self.max_error_chars,
             dead_letter_bytes=min(self.max_message_bytes, 900_000),
             resets=self.resets,
-            reset_ceiling=self.generation,
+            reset_generations=frozenset(),  # until the control topic claims some (Claims)
             system_prompts=self.max_system_prompts,
             session_ttl=self.session_ttl_seconds * 1000,
         )

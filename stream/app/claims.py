@@ -1,8 +1,10 @@
-"""The worker's side of the control topic while it runs: which reset generations are
-claimed (the ceiling a reset may name), and records refused since start-up (said loudly).
+"""The worker's side of the control topic while it runs: which generations are claimed for
+resets (a reset naming any other is dead-lettered), and records refused since start-up
+(said loudly).
 
 ``ops.control`` reads and judges the topic; start-up (``stream.app.run``) takes the record
-in force before Faust runs; this part follows it afterwards.
+in force before Faust runs; this part follows it afterwards, from where the worker's state
+directory stands (``control.worker_control_log``).
 """
 
 import asyncio
@@ -24,11 +26,11 @@ Read = Callable[[Settings, float], control.ControlRead]
 
 
 class Claims:
-    """The limits batches are folded under, their reset ceiling kept up with the control
+    """The limits batches are folded under, their claims for resets kept up with the control
     topic, and the control topic's problems reported (``stats.control_problem``)."""
 
     def __init__(
-        self, settings: Settings, stats: Any, read: Read = control.read_control_log
+        self, settings: Settings, stats: Any, read: Read = control.worker_control_log
     ) -> None:
         self.settings = settings
         self.stats = stats
@@ -36,42 +38,49 @@ class Claims:
         self.limits: Limits = settings.limits
 
     async def admit(self, messages: list[Message]) -> None:
-        """Before a batch naming a reset generation above the highest claimed one this
-        worker knows: read the control topic to its end again. ``stream produce --reset``
-        writes its claim before its first reset record, so a claim that exists is seen;
-        a generation still above it was never claimed and the fold dead-letters it. A
-        producer that keeps naming unclaimed generations costs one control read per batch
-        that holds one (tens of milliseconds), never a session."""
-        if not self.limits.resets:
+        """Before a batch naming a reset generation this worker does not know as claimed:
+        read the control topic to its end again. ``stream produce --reset`` writes its
+        claim before its first reset record, so a claim that exists is seen; a generation
+        still unclaimed is dead-lettered by the fold. A producer that keeps naming
+        unclaimed generations costs one control read per batch that holds one (tens of
+        milliseconds), never a session."""
+        claimed = self.limits.reset_generations
+        if not self.limits.resets or claimed is None:
             return
-        wanted = max((reset_generation(m.headers) for m in messages if m.headers), default=0)
-        if wanted <= self.limits.reset_ceiling:
+        wanted = {reset_generation(m.headers) for m in messages if m.headers} - {0}
+        if wanted <= claimed:
             return
-        try:
-            found = await asyncio.to_thread(self.read, self.settings, 10.0)
-        except Exception as error:  # the broker is away: judged on what was read before
-            log.error("control topic not read for a reset: %s", error)
-            return
-        ceiling = found.control.worker_generation(self.settings.generation)
-        if ceiling > self.limits.reset_ceiling:
-            log.info("resets up to generation %d claimed on the control topic", ceiling)
-            self.limits = replace(self.limits, reset_ceiling=ceiling)
+        await self._read("control topic not read for a reset: %s", logging.ERROR)
 
     async def watch(self) -> None:
-        """Re-read the control topic: a record refused later is said loudly too."""
-        settings = self.settings
+        """Re-read the control topic: new claims are taken, a record refused later is said
+        loudly too."""
+        await self._read("control topic not read: %s", logging.DEBUG)
+
+    async def _read(self, failed: str, level: int) -> None:
         try:
-            found = await asyncio.to_thread(self.read, settings, 10.0)
-        except Exception as error:  # the broker is away: the consumer says so already
-            log.debug("control topic not read: %s", error)
+            found = await asyncio.to_thread(self.read, self.settings, 10.0)
+        except control.ControlTopicError as error:  # recreated as it must not be, meanwhile
+            self._report([str(error)])
             return
+        except Exception as error:  # the broker is away: judged on what was read before
+            log.log(level, failed, error)
+            return
+        claims = frozenset(found.control.resets)
+        if self.limits.reset_generations is not None and claims != self.limits.reset_generations:
+            shown = ", ".join(map(str, sorted(claims))) or "none"
+            log.info("generations claimed for resets on the control topic: %s", shown)
+            self.limits = replace(self.limits, reset_generations=claims)
         problems = list(found.problems)
-        floor = control.local_generation(Path(settings.state_dir))
+        floor = control.local_generation(Path(self.settings.state_dir))
         if found.control.generation < floor:
             problems.append(f"generation {found.control.generation} is below {floor}, kept")
+        self._report(problems)
+
+    def _report(self, problems: list[str]) -> None:
         problem = "; ".join(problems)[:500]
         if problem and problem != self.stats.control_problem:
-            log.error("%s: %s", control.control_topic(settings), problem)
+            log.error("%s: %s", control.control_topic(self.settings), problem)
         self.stats.control_problem = problem
 
 

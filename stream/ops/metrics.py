@@ -92,7 +92,9 @@ class Metrics:
     census: Census = field(default_factory=Census)  # what the assigned partitions' rows hold
     # partition -> (committed offset, since when it stood there, records waiting, as of)
     progress: dict[int, tuple[int | None, float, int, float]] = field(default_factory=dict)
-    control_problem: str = ""  # an unreadable or backwards control record, said loudly
+    # Control records refused (unreadable, not one step above the last) or a control topic
+    # recreated untrustworthy while the worker runs: said loudly, never applied.
+    control_problem: str = ""
 
     @classmethod
     def create(cls, settings: Settings) -> "Metrics":
@@ -239,7 +241,7 @@ class Metrics:
             ),
             control_unreadable=Gauge(
                 "stream_control_record_problem",
-                "1 when the control topic holds a record the worker refused",
+                "1 when the control topic holds a record the worker refused (or is not compacted)",
                 registry=r,
             ),
             assigned_partitions=Gauge(

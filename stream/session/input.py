@@ -36,8 +36,9 @@ class Message:
 # under generation G". Sent by `stream produce --reset` before a session's complete log,
 # so a session whose beginning fell out of input retention is rebuilt exactly (contract:
 # "Per-session processing"). Idempotent: a reset at or below the session's generation is
-# ignored; one above the highest generation claimed (``Limits.reset_ceiling``) is
-# dead-lettered.
+# ignored; one naming a generation not claimed for resets on the control topic
+# (``Limits.reset_generations``) is dead-lettered, the deployment's own included: a row's
+# generation starts at 0, so any generation a producer could name would wipe it.
 # A generation is published in JSON and compared in Redis' Lua (doubles): 1..2^53 - 1,
 # written as plain decimal digits.
 MAX_GENERATION: Final = 2**53 - 1
@@ -161,11 +162,11 @@ def _reset(
         reason = f"{RESET_HEADER} needs a generation in 1..{MAX_GENERATION}, in digits"
         return None, [_dead(message, limits, reason)]
     generation = int(raw)
-    if generation > limits.reset_ceiling:
+    claimed = limits.reset_generations
+    if claimed is not None and generation not in claimed:
         reason = (
-            f"{RESET_HEADER} names generation {generation}, never claimed on the control"
-            f" topic (the highest claimed is {limits.reset_ceiling}; `stream produce --reset`"
-            " claims one)"
+            f"{RESET_HEADER} names generation {generation}, never claimed for resets on the"
+            f" control topic (claimed: {_claimed(claimed)}; `stream produce --reset` claims one)"
         )
         return None, [_dead(message, limits, reason)]
     return session_id, [Reset(generation)]
@@ -213,3 +214,11 @@ def _reencode(element: Any, whole: bytes) -> bytes:
         return dumps(element)
     except (RecursionError, ValueError, TypeError):
         return whole
+def _claimed(generations: frozenset[int]) -> str:
+    """The claimed generations a reason names: the five highest (a reason stays short)."""
+    if not generations:
+        return "none"
+    highest = sorted(generations)[-5:]
+    return ("..., " if len(generations) > 5 else "") + ", ".join(map(str, highest))
+
+

@@ -24,9 +24,10 @@ class Limits:
     error_chars: int = MAX_ERROR_CHARS
     dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
     resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
-    # The highest generation a reset may name: the highest claimed on the control topic
-    # (``stream produce --reset`` claims one before it sends); above it, dead-lettered.
-    reset_ceiling: int = 2**53 - 1
+    # The generations a reset may name: those claimed for resets on the control topic
+    # (``stream produce --reset`` claims one before it sends); any other is dead-lettered,
+    # the deployment's own generation included. None: any (the offline tools: no topic).
+    reset_generations: frozenset[int] | None = None
     system_prompts: int = MAX_SYSTEM_PROMPTS  # retained per session (contextBreakdown)
     session_ttl: int = 0  # ms of stream time a session may idle before it expires; 0: never
 

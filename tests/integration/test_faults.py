@@ -573,12 +573,12 @@ def test_a_hostile_producer_cannot_stall_a_partition(
     deployment.stream("produce", "--reset", str(path))
     _caught_up(deployment, worker, "the repair committed to the end")
 
-    # Resets were checked against generation 1 (the deployment's) until the repair
-    # claimed 2 on the control topic.
+    # No generation was claimed for resets (the deployment's own, 1, is no claim) until
+    # the repair claimed 2 on the control topic.
     model = pure_fold_of_topic(
         deployment,
-        CoreLimits(reset_ceiling=1),
-        ceiling=lambda partition, offset: 1 if offset < before_repair[partition] else 2,
+        CoreLimits(reset_generations=frozenset()),
+        claimed=lambda p, offset: frozenset() if offset < before_repair[p] else frozenset({2}),
     )
     wait_until(lambda: deployment.stats() == model.totals, 60, f"redis totals {model.totals}")
     sessions = sorted(model.updates)

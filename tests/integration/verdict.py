@@ -348,15 +348,15 @@ class PureFold:
 def pure_fold_of_topic(
     deployment: Deployment,
     limits: Any = None,
-    ceiling: Callable[[int, int], int] | None = None,
+    claimed: Callable[[int, int], frozenset[int]] | None = None,
 ) -> PureFold:
     """The model a hostile run is checked against, read back from the topic itself (so
     records written by ``stream produce --reset`` are in it too).
 
-    ``ceiling``:
-    the highest claimed generation when the worker folded the record at (partition,
-    offset), where resets are checked against it; each partition is folded in runs of one
-    ceiling, the rows carried from run to run."""
+    ``claimed``:
+    the generations claimed for resets when the worker folded the record at (partition,
+    offset), where resets are checked against them; each partition is folded in runs of
+    the same claims, the rows carried from run to run."""
     from stream.session.batch import PARTITION_KEY, fold_batch
     from stream.session.batch import Limits as CoreLimits
     from stream.session.batch import Message as CoreMessage
@@ -386,8 +386,8 @@ def pure_fold_of_topic(
         for message in messages:
             at = (
                 base
-                if ceiling is None
-                else replace(base, reset_ceiling=ceiling(partition, message.offset))
+                if claimed is None
+                else replace(base, reset_generations=claimed(partition, message.offset))
             )
             if runs and runs[-1][0] == at:
                 runs[-1][1].append(message)

@@ -197,18 +197,25 @@ def test_the_largest_generation_is_taken_and_logged() -> None:
     assert result.sessions[0].gen == MAX_GENERATION
 
 
-def test_a_reset_above_the_highest_claimed_generation_is_dead_lettered_session_goes_on() -> None:
+@pytest.mark.parametrize("named", [1, 2, 4, MAX_GENERATION])
+def test_a_reset_naming_a_generation_not_claimed_for_resets_is_dead_lettered(named: int) -> None:
+    """Only generations claimed for resets (here 3) are taken: not the deployment's own (1,
+    which a new row, at 0, is below), not one claimed by a rebuild (2), not one above."""
     store = Store()
-    claimed = Limits(reset_ceiling=3)
+    claimed = Limits(reset_generations=frozenset({3}))
     user = [build.user_message(seq, build.texts("x"), time=seq) for seq in range(3)]
     store.fold([Message(b"s", orjson.dumps(user[:2]), "events", 0, 0)], claimed)
-    forged = Message(b"s", b"", "events", 0, 1, [(RESET_HEADER, str(MAX_GENERATION).encode())])
+    forged = Message(b"s", b"", "events", 0, 1, [(RESET_HEADER, str(named).encode())])
     result = store.fold([forged, Message(b"s", orjson.dumps(user[2]), "events", 0, 2)], claimed)
     (letter,) = result.dead_letters
-    assert "never claimed on the control topic (the highest claimed is 3" in letter.reason
+    assert (
+        f"names generation {named}, never claimed for resets on the control topic (claimed: 3;"
+        in letter.reason
+    )
     assert result.resets == []
     (change,) = result.sessions
-    assert change.gen == 0 and change.update["seq"] == 2  # it kept folding, not frozen
+    assert change.gen == 0 and change.update["seq"] == 2  # it kept folding, not wiped
+    assert "faults" not in change.update
     assert result.counts.as_dict() == {
         "folded": 1,
         "duplicate": 0,
@@ -219,6 +226,16 @@ def test_a_reset_above_the_highest_claimed_generation_is_dead_lettered_session_g
     repair = Message(b"s", b"", "events", 0, 3, [(RESET_HEADER, b"3")])
     (note,) = store.fold([repair], claimed).resets
     assert (note.gen, note.applied) == (3, True)
+
+
+def test_with_nothing_claimed_every_reset_is_dead_lettered() -> None:
+    message = Message(b"s", b"", "events", 0, 0, [(RESET_HEADER, b"1")])
+    result = Store().fold([message], Limits(reset_generations=frozenset()))
+    (letter,) = result.dead_letters
+    assert "(claimed: none;" in letter.reason and result.resets == []
+    many = Limits(reset_generations=frozenset(range(2, 20)))
+    (letter,) = Store().fold([message], many).dead_letters
+    assert "(claimed: ..., 15, 16, 17, 18, 19;" in letter.reason
 
 
 def test_a_reset_header_names_its_generation_for_the_edge() -> None:
