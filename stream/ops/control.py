@@ -327,10 +327,9 @@ def check_control_topic(admin: AdminClient, topic: str, timeout: float = 20.0) -
         f"{topic} is not a control topic a worker can trust: cleanup.policy={policy},"
         f" {partitions} partition(s), where it must be compact with 1 (a topic a broker"
         " auto-created on a first write has its defaults, and records nobody checked)."
-        f" Delete it and create it again: `kafka-topics.sh --delete --topic {topic}`, then"
-        " `stream replay --new-generation` (the operator's principal; it creates the topic"
-        " compacted, one partition, and writes the first step above STREAM_GENERATION; set"
-        " STREAM_GENERATION to the generation the workers published with first)"
+        f" Delete it (`kafka-topics.sh --delete --topic {topic}`) and create it again with"
+        " `stream topics --create` (an admin's principal); workers that published above"
+        " STREAM_GENERATION need it set to that generation first (docs/operations.md)"
     )
 
 
