@@ -78,7 +78,6 @@ cleanup() {
     # Stopped mid-way: the examples are not all in, so there is nothing to compare yet.
     kill -TERM "$produce_pid" 2>/dev/null || true
     wait "$produce_pid" 2>/dev/null || true
-    echo >&2   # past the producer's progress line
     echo "demo: stopped while producing: no verdict (it needs every example produced; the next run reuses this state)" >&2
   fi
   if [ -n "$produced" ]; then
@@ -190,11 +189,19 @@ done
 } >&2
 
 echo "demo: producing examples/ at $RATE events/s (segments of 20 events)" >&2
-# In the background, so that Ctrl-C reaches this script's trap, not the producer.
-"$STREAM" produce examples --segment 20 --rate "$RATE" &
+# In the background, so that Ctrl-C reaches this script's trap, not the producer. Its
+# stderr goes to a file, so it draws no live progress bar: the bar would share the
+# terminal with the update lines above and glue its redraws to them. Its report follows.
+"$STREAM" produce examples --segment 20 --rate "$RATE" 2>"$DIR/produce.log" &
 produce_pid=$!
-wait "$produce_pid"
+status=0
+wait "$produce_pid" || status=$?
 produce_pid=""
+cat "$DIR/produce.log" >&2
+if [ "$status" -ne 0 ]; then
+  echo "demo: stream produce failed (status $status)" >&2
+  exit "$status"
+fi
 produced=1
 echo "demo: all example events produced; the offline fold says:" >&2
 "$STREAM" fold examples >&2
