@@ -318,7 +318,16 @@ def check_control_topic(admin: AdminClient, topic: str, timeout: float = 20.0) -
     if metadata is None:
         return False
     resource = ConfigResource("topic", topic)
-    described = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
+    try:
+        described = admin.describe_configs([resource], request_timeout=timeout)[resource].result()
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise
+        raise ControlTopicError(
+            f"{topic}: this principal may not DESCRIBE_CONFIGS it, so whether it is compacted"
+            " cannot be checked; grant it DESCRIBE_CONFIGS on the control topic"
+            ' (docs/deploy.md, "Kafka ACLs")'
+        ) from None
     policy = described["cleanup.policy"].value
     partitions = len(metadata.partitions)
     if policy == "compact" and partitions == 1:

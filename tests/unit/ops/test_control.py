@@ -1,9 +1,11 @@
 """The control record, the rebuild plan and the worker's ``prepare_state`` (no broker)."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import orjson
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 import stream
 from stream.config import Settings
@@ -15,7 +17,9 @@ from stream.ops.control import (
     Control,
     ControlError,
     ControlRead,
+    ControlTopicError,
     changelog_topic,
+    check_control_topic,
     choose_control,
     control_topic,
     local_control,
@@ -378,3 +382,50 @@ def test_a_rebuild_can_name_its_generation() -> None:
         plan_rebuild(Control(generation=2), reset, changelog, 1, generation=9)
     with pytest.raises(ControlError):
         plan_rebuild(Control(generation=2), reset, changelog, 1, generation=2)
+
+
+class _Future:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def result(self) -> object:
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+class _Admin:
+    """What ``check_control_topic`` asks of an AdminClient: metadata and a topic's configs."""
+
+    def __init__(self, partitions: int | None, policy: str | Exception) -> None:
+        topic = SimpleNamespace(partitions=dict.fromkeys(range(partitions or 0)))
+        self.topics = {} if partitions is None else {"ctx-control": topic}
+        self.policy = policy
+
+    def list_topics(self, timeout: float) -> SimpleNamespace:
+        return SimpleNamespace(topics=self.topics)
+
+    def describe_configs(self, resources: list[object], request_timeout: float) -> object:
+        (resource,) = resources
+        if isinstance(self.policy, Exception):
+            return {resource: _Future(self.policy)}
+        return {resource: _Future({"cleanup.policy": SimpleNamespace(value=self.policy)})}
+
+
+def _check(partitions: int | None, policy: str | Exception = "compact") -> bool:
+    return check_control_topic(_Admin(partitions, policy), "ctx-control")  # type: ignore[arg-type]
+
+
+def test_only_a_compacted_control_topic_of_one_partition_is_read() -> None:
+    assert _check(1) is True
+    assert _check(None) is False  # none yet: nothing to read
+    with pytest.raises(ControlTopicError, match=r"cleanup\.policy=delete, 1 partition") as auto:
+        _check(1, "delete")  # what a broker's auto-creation makes
+    assert "`stream topics --create`" in str(auto.value)
+    with pytest.raises(ControlTopicError, match=r"cleanup\.policy=compact, 3 partition"):
+        _check(3)
+    with pytest.raises(ControlTopicError, match="compact,delete"):
+        _check(1, "compact,delete")  # the record in force would expire
+    denied = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    with pytest.raises(ControlTopicError, match="may not DESCRIBE_CONFIGS"):
+        _check(1, denied)
