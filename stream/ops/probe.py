@@ -11,7 +11,8 @@ reports ``_AUTHENTICATION``, ``_SSL``, ``_RESOLVE``, ``_TRANSPORT`` per broker w
 first connect), but a client without an ``error_cb`` logs it and reports only "Broker
 transport failure" after its timeout. The probe collects those reports and stops as soon
 as they settle the question (``settled``). The mapping from reports to a cause is pure
-(``kafka_cause``, ``redis_cause``) and table-tested.
+(``kafka_cause``, ``redis_cause``) and table-tested. Why probes, and the alternatives:
+docs/notes/031-start-up-probes.md.
 """
 
 from __future__ import annotations
