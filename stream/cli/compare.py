@@ -42,7 +42,7 @@ def register(commands: Any) -> None:
         " update with the one Redis holds, and the events folded with Redis' totals. Prints"
         " one verdict line; exit 0 when every session agrees, 1 when one does not (or Redis"
         " cannot be reached), naming the first that differ.",
-        epilog=environment(REDIS_ENV, LIMITS_ENV),
+        epilog=environment(REDIS_ENV, LIMITS_ENV, f"it runs as {READER}"),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH")
     parser.add_argument(

@@ -146,7 +146,7 @@ def run_lag(args: argparse.Namespace) -> int:
         print("stream lag: --interval and --stall-after must be > 0", file=sys.stderr)
         return 2
     settings = settings_or_exit()
-    if no_kafka("lag", settings):
+    if no_kafka("lag", settings, (settings.input_topic,)):
         return 1
     admin = admin_client(settings)
     try:

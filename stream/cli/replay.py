@@ -338,7 +338,7 @@ def run_replay(args: argparse.Namespace) -> int:
         return 2
     settings = settings_or_exit()
     out = stdout_console()
-    if no_kafka("replay", settings):
+    if no_kafka("replay", settings, (settings.input_topic,)):
         return 1
     admin = admin_client(settings)
     try:

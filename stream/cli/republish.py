@@ -25,7 +25,7 @@ def register(commands: Any) -> None:
         " write it to Redis through the guarded script: nothing older overwrites anything"
         " newer, so it is safe while workers run. Exits 1 within seconds when Kafka or Redis"
         " cannot be reached.",
-        epilog=environment(KAFKA_ENV, REDIS_ENV, "STREAM_OUTPUT_TOPIC"),
+        epilog=environment(KAFKA_ENV, REDIS_ENV, "STREAM_OUTPUT_TOPIC", f"it runs as {WRITER}"),
     )
     parser.add_argument("--session", metavar="ID", help="only this session")
     parser.set_defaults(run=run)

@@ -201,7 +201,7 @@ def probe_kafka(
                 settings.bootstrap_servers,
                 "the broker's ACLs",
                 f"{principal(settings)} may not describe topic {topic}"
-                " (TOPIC_AUTHORIZATION_FAILED): docs/deploy.md lists the ACLs",
+                ' (TOPIC_AUTHORIZATION_FAILED); docs/deploy.md, "Kafka ACLs"',
                 refused=True,
             )
     return None
