@@ -313,14 +313,19 @@ async def context(request: web.Request, grant: Grant) -> web.Response:
     if not grant.allows(session_id):
         return _unknown(session_id)
     try:
-        payload = await request.app[STORE].latest(session_id)
+        payload, taken = await request.app[STORE].latest_taken(session_id)
     except (RedisError, OSError):
         return _json(_UNAVAILABLE, 503)
     if payload is None:
         return _unknown(session_id)
-    return web.Response(
+    response = web.Response(
         body=payload, content_type="application/json", headers={"Cache-Control": "no-store"}
     )
+    if taken is not None:
+        # When Redis took it, as the listing's updatedAt: the page's "updated … ago" means
+        # that on both pages. Last-Modified is a header every CORS client may read.
+        response.last_modified = taken // 1000  # whole seconds, never later than it was
+    return response
 
 
 class _Writer:

@@ -94,8 +94,10 @@ def _bytes(value: object) -> bytes | None:
 
 
 class Store(Protocol):
-    async def latest(self, session_id: str) -> bytes | None:
-        """The session's latest update JSON as stored, or ``None`` for an unknown session."""
+    async def latest_taken(self, session_id: str) -> tuple[bytes | None, int | None]:
+        """The session's latest update JSON as stored (``None``: an unknown session) and
+        when Redis took it (epoch ms, its score in the recent set: what a listing calls
+        ``updatedAt``; ``None`` once the set has dropped it), in one round trip."""
 
     async def latest_many(self, session_ids: Sequence[str]) -> list[bytes | None]: ...
 
@@ -121,8 +123,13 @@ class RedisStore:
         self.client = client
         self.layout = layout
 
-    async def latest(self, session_id: str) -> bytes | None:
-        return _bytes(await self.client.hget(self.layout.session_key(session_id), UPDATE_FIELD))
+    async def latest_taken(self, session_id: str) -> tuple[bytes | None, int | None]:
+        key, _, _, recent_key = self.layout.session_keys(session_id)  # one slot in a cluster
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(key, UPDATE_FIELD)
+        pipe.zscore(recent_key, session_id)
+        update, score = await pipe.execute()
+        return _bytes(update), None if score is None else int(score)
 
     async def latest_many(self, session_ids: Sequence[str]) -> list[bytes | None]:
         if not session_ids:

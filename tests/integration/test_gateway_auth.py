@@ -50,7 +50,15 @@ class Sessions:
         self.prefix = deployment.prefix
         self.script = self.client.register_script(SESSIONS_WRITE)
 
-    def write(self, session_id: str, seq: int, gen: int = 0, n: int | None = None) -> bytes:
+    def write(
+        self,
+        session_id: str,
+        seq: int,
+        gen: int = 0,
+        n: int | None = None,
+        taken_ms: int | None = None,
+    ) -> bytes:
+        """``taken_ms``: when Redis took it (the recent set's score; default now)."""
         n = seq if n is None else n
         payload = orjson.dumps(
             {
@@ -61,7 +69,7 @@ class Sessions:
             }
         )
         key = f"{self.prefix}session:{session_id}"
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if taken_ms is None else taken_ms
         args = [0, "", f"{gen} {seq} {n} 0 {now} {n} 0 0", payload, session_id]
         keys = [f"{self.prefix}tallies", f"{self.prefix}stats", f"{self.prefix}recent", key]
         assert self.script(keys=keys, args=args) == [1], "the guard refused the write"

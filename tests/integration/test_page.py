@@ -16,6 +16,7 @@ import json
 import math
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +28,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 
 from tests.integration.gateway_harness import Feeder, Gateway, Log, wait_seq
 from tests.integration.harness import REPO, Deployment
+from tests.integration.test_gateway_auth import Sessions
 from tests.unit.gateway.tokens import Signer, jwks
 
 pytestmark = pytest.mark.integration
@@ -180,7 +182,7 @@ def test_the_ring_and_rows_follow_produced_events(
     row = page.locator(f'[data-session="{key}"]')
     expect(row).to_be_visible()
     expect(row).to_contain_text(expected(last_update)["percent"] + "of window")
-    # Updated: when it arrived, relative; the event time beside it, labelled.
+    # Updated: when Redis took it, relative; the event time beside it, labelled.
     expect(row.locator(".session-ago")).to_have_text(re.compile(r"^updated \d+s ago$"))
     expect(row.locator(".session-event")).to_have_text(
         re.compile(r"^event time \d{4}-\d\d-\d\d \d\d:\d\d$")
@@ -215,6 +217,26 @@ def test_faults_are_shown_loudly(
     expect(page.get_by_test_id("card")).to_have_attribute("data-faulted", "true")
     expect(page.get_by_test_id("status")).to_have_attribute("data-state", "live")
     screenshot(page, "context-meter-faults.png")
+
+
+def test_updated_ago_is_when_redis_took_the_update_on_both_pages(
+    live_deployment: Deployment, gateway: Gateway, page: Page
+) -> None:
+    """One meaning of "updated … ago": the session page showed when the browser received
+    the update (0 s) where the list showed when Redis took it (22 s) for the same session."""
+    sessions, key = Sessions(live_deployment), "page-idle"
+    sessions.write(key, 5, taken_ms=int(time.time() * 1000) - 150_000)
+    page.goto(gateway.url + "/")
+    page.locator('input[name="q"]').fill(key)
+    expect(page.locator(f'[data-session="{key}"] .session-ago')).to_have_text("updated 2m ago")
+    page.goto(f"{gateway.url}/sessions/{key}")
+    expect(page.get_by_test_id("seq")).to_have_text("seq 5")
+    expect(page.get_by_test_id("updated")).to_have_text("updated 2m ago")
+    page.wait_for_timeout(1000)  # the stream's first message (the same update) has come
+    expect(page.get_by_test_id("updated")).to_have_text("updated 2m ago")
+    sessions.write(key, 6)  # a live update: taken now, shown as it arrives
+    expect(page.get_by_test_id("seq")).to_have_text("seq 6")
+    expect(page.get_by_test_id("updated")).to_have_text(re.compile(r"^updated [0-2]s ago$"))
 
 
 # -- with authentication on ------------------------------------------------------------
@@ -350,7 +372,7 @@ def test_the_page_with_authentication_on(
     )
     expect(page.get_by_test_id("announce")).to_contain_text(f"{percent:.1f}% of the context")
     assert isinstance(update.get("time"), int), "the worker's update carries its event time"
-    # "updated" is when it arrived, relative; the session's own event time stands beside it.
+    # "updated" is when Redis took it, relative; the session's own event time beside it.
     expect(page.get_by_test_id("updated")).to_have_text(re.compile(r"^updated \d+s ago$"))
     shown = page.evaluate(
         """(ms) => { const d = new Date(ms), two = (n) => String(n).padStart(2, "0");

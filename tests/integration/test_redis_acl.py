@@ -376,8 +376,9 @@ def test_the_gateway_reads_as_its_user(acl_redis: AclRedis) -> None:
         try:
             assert await sink.write([_update("g1", 1), _update("g2", 3)], now_ms=7) == [1, 1]
             assert await store.ping()
-            assert await store.latest("g1") == _update("g1", 1).payload
-            assert await store.latest("unknown") is None
+            payload, taken = await store.latest_taken("g1")
+            assert (payload, taken) == (_update("g1", 1).payload, 7)  # now_ms above
+            assert await store.latest_taken("unknown") == (None, None)
             recent = await store.recent("g", 10)
             assert [(i, v) for i, _, v in recent] == [
                 ("g2", _update("g2", 3).payload),

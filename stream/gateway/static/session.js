@@ -20,7 +20,12 @@ $("session-id").textContent = sessionId;
 document.title = `${sessionId} · context meter`;
 
 let lastId = null; // the last event id seen
-let shownAt = null; // when the shown update arrived (epoch ms, this browser's clock)
+// When Redis took the shown update (epoch ms), as the list page's "updated … ago": the
+// Last-Modified of /context, or for a live update the moment it arrived (the gateway relays
+// it as Redis publishes it). The stream's first message repeats what /context gave: its
+// arrival is not the update's time, so the same text keeps the time it had.
+let updatedAt = null;
+let shownText = null; // the JSON text of the shown update
 let source = null;
 let over = false; // expired, or not authorised: no more reconnecting
 let heard = null; // what the live region last said about the figures: {bucket, level, faults}
@@ -137,8 +142,10 @@ function render(update) {
   if (known) announceChanges(m);
 }
 
-function show(update) {
-  shownAt = Date.now();
+function show(text, takenAt = Date.now()) {
+  const update = JSON.parse(text);
+  if (text !== shownText || updatedAt === null) updatedAt = takenAt;
+  shownText = text;
   const event = $("event-time");
   event.hidden = !Number.isInteger(update.time);
   event.textContent = event.hidden ? "" : `event time ${eventDate(update.time)}`;
@@ -148,7 +155,7 @@ function show(update) {
 }
 
 function tick() {
-  $("updated").textContent = shownAt === null ? "waiting" : `updated ${ago(shownAt)}`;
+  $("updated").textContent = updatedAt === null ? "waiting" : `updated ${ago(updatedAt)}`;
 }
 setInterval(tick, 1000);
 
@@ -199,7 +206,8 @@ async function check() {
     setStatus("down", `gateway error ${response.status}`);
     return null;
   }
-  return response.json();
+  const taken = Date.parse(response.headers.get("Last-Modified") ?? "");
+  return { text: await response.text(), takenAt: Number.isNaN(taken) ? Date.now() : taken };
 }
 
 function connect() {
@@ -209,7 +217,7 @@ function connect() {
   source = new EventSource(url);
   source.onmessage = (event) => {
     lastId = event.lastEventId || lastId;
-    show(JSON.parse(event.data));
+    show(event.data);
   };
   source.addEventListener("expired", expired);
   source.addEventListener("reauthenticate", () => {
@@ -233,8 +241,8 @@ async function start() {
   if (source) source.close();
   render(null);
   $("subline").textContent = "waiting for the first update…";
-  const update = await check();
-  if (update !== null) show(update);
+  const answer = await check();
+  if (answer !== null) show(answer.text, answer.takenAt);
   connect();
 }
 onToken(start); // the app handed over a (new) token: start over with it

@@ -35,7 +35,7 @@ class FakeStore:
         self.updated: dict[str, int] = {}
         self.down = False
         self.reads: list[list[str]] = []  # the session ids of each current() call
-        self.latest_reads: list[str] = []  # the session ids latest() was asked for
+        self.latest_reads: list[str] = []  # the session ids latest_taken() was asked for
         self.listings = 0  # recent() calls
 
     def put(
@@ -57,10 +57,10 @@ class FakeStore:
         if self.down:
             raise RedisConnectionError("down")
 
-    async def latest(self, session_id: str) -> bytes | None:
+    async def latest_taken(self, session_id: str) -> tuple[bytes | None, int | None]:
         self._check()
         self.latest_reads.append(session_id)
-        return self.values.get(session_id)
+        return self.values.get(session_id), self.updated.get(session_id) or None
 
     async def latest_many(self, session_ids: Sequence[str]) -> list[bytes | None]:
         self._check()

@@ -108,6 +108,13 @@ def test_get_returns_the_stored_json_byte_for_byte_or_404() -> None:
         assert response.status == 200
         assert response.content_type == "application/json"
         assert await response.read() == payload
+        assert "Last-Modified" not in response.headers  # not in the recent set: no time
+        # When Redis took it (the listing's updatedAt), to the second, as HTTP says.
+        store.put("s2", update("s2", 1), 1_700_000_000_999)
+        taken = await client.get("/sessions/s2/context")
+        assert taken.headers["Last-Modified"] == "Tue, 14 Nov 2023 22:13:20 GMT"
+        listed = await (await client.get("/sessions?prefix=s2")).json()
+        assert listed["sessions"][0]["updatedAt"] == 1_700_000_000_999
         missing = await client.get("/sessions/nope/context")
         assert missing.status == 404
         assert (await missing.json())["sessionId"] == "nope"
