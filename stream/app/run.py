@@ -13,7 +13,7 @@ from stream.app.declare import TopicRefused
 from stream.app.worker import Worker, assemble
 from stream.config import Settings
 from stream.ops import control
-from stream.ops.admin import ensure_topics
+from stream.ops.admin import await_group_coordinator, ensure_topics
 
 EXIT_SETUP = 1  # topics or local state could not be prepared
 
@@ -30,6 +30,9 @@ def prepare(settings: Settings) -> Worker:
         # 2. Local state a rebuild discarded is dropped, and the control record's
         #    generation (the highest claimed) is the one the worker publishes with.
         settings, problems = control.worker_settings(settings)
+        # The group's coordinator answers (a fresh cluster's first group request waits
+        # for __consumer_offsets): a clean first start logs no ERROR.
+        await_group_coordinator(settings)
     except (KafkaException, RuntimeError) as error:
         raise SetupError(str(error)) from error
     # 3. The worker: its parts built in order (``assemble``), wired to Faust.

@@ -66,14 +66,22 @@ def register(commands: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from stream.ops.probe import authorization, probe_kafka, probe_redis
+    from stream.ops.probe import authorization, group_has_run, probe_kafka, probe_redis
 
     settings = Settings.from_env()
     logging_config = json_logging(args.loglevel.upper()) if settings.log_format == "json" else None
     # Before Faust: a wrong setting is one line naming it and the real reason, within
     # seconds, not a client retrying for ever. Once running, outages are ridden out.
     cause = probe_kafka(settings, (settings.input_topic,)) or probe_redis(settings)
-    if cause is not None:
+    if cause is not None and cause.silent and group_has_run(settings):
+        # Redis silent for a group that has run: an outage (a worker restarted while Redis
+        # is down must still take its partitions), not a setting. Said once, ridden out.
+        print(
+            f"stream worker: {cause.line()}; group {settings.app_id} has run before, so this"
+            " is taken for an outage: consuming on, Redis writes queued until it answers",
+            file=sys.stderr,
+        )
+    elif cause is not None:
         print(f"stream worker: {cause.line()}", file=sys.stderr)
         # A Redis refusal is the permanent Redis error of a running worker (status 3).
         return EXIT_REDIS_REFUSED if cause.service == "Redis" and cause.refused else 1
@@ -136,8 +144,17 @@ def run_produce(args: argparse.Namespace) -> int:
         )
     for line in report.skipped:
         print(f"stream produce: skipped {line}", file=sys.stderr)
+    missing = [error for error in report.errors if "UNKNOWN_TOPIC_OR_PART" in error]
     for error in report.errors:
-        print(f"stream produce: delivery failed: {error}", file=sys.stderr)
+        if error not in missing:
+            print(f"stream produce: delivery failed: {error}", file=sys.stderr)
+    if missing:
+        print(
+            f"stream produce: topic {args.topic or settings.input_topic} does not exist and the"
+            " broker does not create topics: create the service's topics with"
+            " `stream topics --create` (as an admin principal)",
+            file=sys.stderr,
+        )
     rate = report.events / report.seconds if report.seconds else 0.0
     print(
         f"produced {report.events} events in {report.messages} messages"

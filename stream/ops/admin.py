@@ -2,6 +2,7 @@
 
 import time
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.config import Settings
@@ -33,6 +34,49 @@ def ensure_topics(settings: Settings, timeout: float = 20.0) -> int:
         timeout,
     )
     return partition_count(client, settings.input_topic, timeout)
+
+
+# What a fresh cluster answers while it creates its group-offsets topic: worth waiting for.
+_COORDINATOR_STARTING = frozenset(
+    {
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def await_group_coordinator(settings: Settings, timeout: float = 30.0) -> None:
+    """Return once the worker's group (``STREAM_APP_ID``) has a coordinator that answers.
+
+    A fresh cluster creates ``__consumer_offsets`` on the first group request and answers
+    "not available" meanwhile; Faust's client would log that as an ERROR on a clean first
+    start. Past ``timeout`` Faust's own retries take over. Raises ``RuntimeError`` when the
+    principal may not use the group (it needs READ on it).
+    """
+    client = admin(settings)
+    group = settings.app_id
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            future = client.describe_consumer_groups([group], request_timeout=min(left, 5.0))
+            future[group].result()
+            return
+        except KafkaException as error:
+            code = error.args[0].code()
+            if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise RuntimeError(
+                    f"the consumer group {group} (STREAM_APP_ID) is not authorized for this"
+                    " principal: it needs READ on the group"
+                ) from None
+            if code not in _COORDINATOR_STARTING:
+                return  # not the fresh-cluster case: the consumer reports whatever it is
+        time.sleep(0.25)
 
 
 def create_topic(client: AdminClient, topic: NewTopic, timeout: float = 20.0) -> int:

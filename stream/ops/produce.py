@@ -6,6 +6,7 @@ retries. ``segment`` packs up to N consecutive events of a session into one JSON
 Returns a report; printing is the command's job.
 """
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,8 +29,37 @@ def producer(settings: Settings, **extra: Any) -> Producer:
         "linger.ms": 20,
         "compression.type": "lz4",
         "queue.buffering.max.messages": 500_000,
+        # A topic the broker does not know fails its records after 5 s, not 30: on a cluster
+        # that does not create topics, a missing input topic is said quickly.
+        "topic.metadata.propagation.max.ms": 5000,
     }
     return Producer(conf | extra)
+
+
+def await_producer_id(settings: Settings, timeout: float = 30.0) -> None:
+    """Return once the cluster hands out a producer id, or after ``timeout``.
+
+    A fresh cluster loads its transaction coordinator on the first InitProducerId and
+    answers "load in progress" meanwhile; an idempotent producer retries, but librdkafka
+    logs each try as a warning. A silent probe producer waits it out first.
+    """
+    state: dict[str, str] = {}
+
+    def stats(text: str) -> None:
+        state["idemp"] = json.loads(text).get("eos", {}).get("idemp_state", "")
+
+    probe = Producer(
+        settings.librdkafka()
+        | {
+            "enable.idempotence": True,
+            "statistics.interval.ms": 100,
+            "stats_cb": stats,
+            "log_level": 0,  # the retries are the noise this avoids
+        }
+    )
+    deadline = time.monotonic() + timeout
+    while state.get("idemp") != "Assigned" and time.monotonic() < deadline:
+        probe.poll(0.1)
 
 
 @dataclass
@@ -84,6 +114,7 @@ def produce(
             if len(report.errors) < 5:
                 report.errors.append(str(error))
 
+    await_producer_id(settings)
     client = producer(settings)
     target = topic or settings.input_topic
     started = time.monotonic()
