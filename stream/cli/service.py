@@ -119,7 +119,7 @@ def json_logging(level: str) -> dict[str, Any]:
 
 
 def run_produce(args: argparse.Namespace) -> int:
-    from stream.ops.produce import produce
+    from stream.ops.produce import await_producer_id, produce
 
     if args.segment < 1:
         print("stream produce: --segment must be at least 1", file=sys.stderr)
@@ -138,6 +138,7 @@ def run_produce(args: argparse.Namespace) -> int:
         print(f"stream produce: resetting sessions under generation {reset}", file=sys.stderr)
     from stream.cli.progress import progress
 
+    await_producer_id(settings)
     with progress("producing", unit="events") as bar:
         report = produce(
             settings, args.paths, args.segment, args.rate, args.topic, bar.advance, reset=reset

@@ -114,7 +114,6 @@ def produce(
             if len(report.errors) < 5:
                 report.errors.append(str(error))
 
-    await_producer_id(settings)
     client = producer(settings)
     target = topic or settings.input_topic
     started = time.monotonic()
