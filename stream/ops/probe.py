@@ -40,6 +40,9 @@ class Cause:
     variables: str  # what to fix, e.g. "KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD"
     reason: str
     refused: bool = False  # the server answered and said no (credentials, permissions)
+    # Nothing answered at a name that resolves (refused, timed out): a wrong port, or an
+    # outage; ``group_has_run`` tells the worker which to take it for.
+    silent: bool = False
 
     def line(self) -> str:
         verb = "use" if self.refused else "reach"
@@ -263,13 +266,14 @@ def redis_cause(kind: str, message: str, settings: Settings) -> Cause:
     ):
         return cause("REDIS_URL", f"DNS lookup failed: {text}")
     if "connection refused" in lowered:
-        return cause("REDIS_URL", f"connection refused: {text}")
+        return Cause("Redis", where, "REDIS_URL", f"connection refused: {text}", silent=True)
     if "ssl" in lowered or "wrong version number" in lowered:
         return cause("REDIS_URL, REDIS_TLS_CAFILE", f"TLS: {text} (rediss:// needs a TLS port)")
     tls = settings.redis_url.startswith("rediss://")
     if kind == "TimeoutError" or "timeout" in lowered or "timed out" in lowered:
         hint = " (rediss:// to a plaintext port?)" if tls else ""
-        return cause("REDIS_URL", f"no answer within {REDIS_WAIT:.0f} s: {text}{hint}")
+        reason = f"no answer within {REDIS_WAIT:.0f} s: {text}{hint}"
+        return Cause("Redis", where, "REDIS_URL", reason, silent=True)
     if not tls and ("closed by server" in lowered or "reset by peer" in lowered):
         return cause("REDIS_URL", f"{text} (a TLS port? it needs rediss://)")
     return cause("REDIS_URL", text)
@@ -304,6 +308,27 @@ def connect_redis(settings: Settings) -> tuple[Any, Cause | None]:
     return client, None
 
 
+def group_has_run(settings: Settings, timeout: float = 5.0) -> bool:
+    """Whether the worker group has committed an input offset: the service has run with
+    some Redis before. A worker starting then with its Redis silent takes it for an
+    outage and rides it out (Redis is a cache, README); on a first start it is far more
+    likely a wrong ``REDIS_URL`` (docs/notes/031). ``False`` when it cannot tell."""
+    from confluent_kafka import KafkaException
+
+    from stream.ops.admin import admin
+    from stream.ops.offsets import PlanError, committed_offsets, partitions_of
+
+    client = admin(settings)
+    try:
+        partitions = partitions_of(client, settings.input_topic, timeout)
+        found = committed_offsets(
+            client, settings.app_id, settings.input_topic, partitions, timeout
+        )
+    except (KafkaException, PlanError, RuntimeError):
+        return False
+    return any(offset is not None and offset >= 0 for offset in found.values())
+
+
 def probe_redis(settings: Settings) -> Cause | None:
     client, cause = connect_redis(settings)
     if client is not None:
@@ -315,6 +340,7 @@ __all__ = [
     "Cause",
     "authorization",
     "connect_redis",
+    "group_has_run",
     "kafka_cause",
     "kafka_error_line",
     "principal",

@@ -193,3 +193,23 @@ def test_each_redis_failure_names_its_variable_and_reason(
     assert (cause.service, cause.variables) == ("Redis", variables)
     assert reason in cause.reason
     assert "secret" not in cause.line()  # the URL is shown redacted
+
+
+@pytest.mark.parametrize(
+    ("kind", "message", "silent"),
+    [
+        ("ConnectionError", "Error 111 connecting to 127.0.0.1:1. Connection refused.", True),
+        ("TimeoutError", "Timeout connecting to server", True),
+        (
+            "ConnectionError",
+            "Error -2 connecting to x.invalid:6379. Name or service not known.",
+            False,
+        ),
+        ("AuthenticationError", "invalid username-password pair or user is disabled.", False),
+    ],
+)
+def test_only_a_silent_redis_may_be_an_outage(kind: str, message: str, silent: bool) -> None:
+    """Refused or unanswered at a name that resolves: a wrong port or an outage (the worker
+    asks whether its group has run). A name that does not resolve or a refused login is a
+    setting, whatever the group did."""
+    assert redis_cause(kind, message, _redis()).silent is silent
