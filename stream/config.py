@@ -234,14 +234,60 @@ class Settings:
         help="offset commit interval",
         unit="s",
     )
-    session_timeout: float = setting(
+    session_timeout: float = setting(  # sized in note 027
         "STREAM_SESSION_TIMEOUT",
-        30.0,
+        15.0,
         number(),
         group=BATCHES,
-        help="how soon the group notices a dead worker",
-        doc="consumer-group session timeout: how soon a dead worker's partitions move",
+        help="how long the group waits for a worker that stopped without leaving",
+        doc="consumer-group session timeout: how long the group keeps a worker's partitions"
+        " for it after it stopped without leaving (a crash); back within it, a static member"
+        " takes them back without a rebalance, past it they move"
+        " ([note 027](docs/notes/027-static-membership.md)); 6 s is the broker's minimum",
         unit="s",
+    )
+    heartbeat_interval: float = setting(  # how soon a member hears of a rebalance (note 027)
+        "STREAM_HEARTBEAT_INTERVAL",
+        1.0,
+        number(0.1, 600.0),
+        group=BATCHES,
+        help="heartbeat to the group coordinator",
+        doc="heartbeat to the group coordinator, at most a third of the session timeout: a"
+        " member learns of a rebalance on its next heartbeat, so this bounds how long the"
+        " others take to join one",
+        unit="s",
+    )
+    static_membership: bool = setting(  # KIP-345 (note 027)
+        "STREAM_STATIC_MEMBERSHIP",
+        True,
+        flag,
+        group=BATCHES,
+        help="join the group as a static member named by its instance id",
+        doc="`1`: the worker joins its group as a static member (KIP-345) named"
+        " `STREAM_GROUP_INSTANCE_ID`, so a worker that crashes and is back within the session"
+        " timeout takes its own partitions back and nobody else pauses; `0`: a dynamic member,"
+        " every restart a rebalance ([note 027](docs/notes/027-static-membership.md))",
+    )
+    group_instance_id: str = setting(  # unset: STREAM_WORKER_ID when set (from_env)
+        "STREAM_GROUP_INSTANCE_ID",
+        "",
+        group=BATCHES,
+        help="this worker's static member id, unique in the group",
+        doc="this worker's static member id: unique in the group (a second process with the"
+        " same id fences the first) and the same across its restarts (the chart: the pod"
+        " name); unset and no `STREAM_WORKER_ID`: a dynamic member",
+        shown="STREAM_WORKER_ID",
+    )
+    leave_on_stop: bool = setting(  # a static member leaves on SIGTERM too (note 027)
+        "STREAM_LEAVE_ON_STOP",
+        True,
+        flag,
+        group=BATCHES,
+        help="a graceful stop leaves the group at once (0: the group waits for the worker)",
+        doc="`1`: a graceful stop (SIGTERM) leaves the group at once (LeaveGroup with the"
+        " instance id), so a scale-down's partitions move within seconds; `0`: the group"
+        " keeps them for the session timeout, for a restart without a rebalance, and a"
+        " scale-down needs `stream leave` ([note 027](docs/notes/027-static-membership.md))",
     )
     max_poll_interval: float = setting(  # a held batch must not drop the worker from its group
         "STREAM_MAX_POLL_INTERVAL",
@@ -503,6 +549,11 @@ class Settings:
     )
 
     @property
+    def instance_id(self) -> str | None:
+        """The static member id the worker joins its group with; None: a dynamic member."""
+        return self.group_instance_id if self.static_membership and self.group_instance_id else None
+
+    @property
     def redis_url_redacted(self) -> str:
         """``REDIS_URL`` fit for logs: any password replaced by ``***``."""
         url = re.sub(r"([?&]password=)[^&#]*", r"\1***", self.redis_url)  # redis-py takes it too
@@ -566,5 +617,7 @@ class Settings:
             raise ConfigError("REDIS_KEY_PREFIX must hold no '{' or '}' with REDIS_CLUSTER")
         values = read(cls, env)
         values.setdefault("dlq_topic", f"{values.get('input_topic', cls.input_topic)}.dlq")
+        if "worker_id" in values:  # a host-pid id is new on every start: no static member
+            values.setdefault("group_instance_id", values["worker_id"])
         values.setdefault("worker_id", f"{socket.gethostname()}-{os.getpid()}")
         return cls(kafka=kafka, **values)

@@ -42,6 +42,7 @@ from mode.utils.futures import maybe_async
 from stream.app import bulkqueue
 from stream.app.backoff import quiet_aiokafka, with_backoff
 from stream.app.batching import BulkAcks
+from stream.app.membership import leave_on_close
 from stream.app.offsets import Holes, read_after_seek
 from stream.app.producer import BackoffProducer
 
@@ -483,6 +484,12 @@ class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer._isolation_level = getattr(transport, "isolation_level", "read_uncommitted")
         return consumer
 
+    async def on_start(self) -> None:
+        await super().on_start()  # the aiokafka consumer, started: its coordinator exists
+        leaving = getattr(self.consumer.transport, "leaving", None)
+        if leaving is not None:  # a static member leaves only when told (note 027)
+            leave_on_close(self._consumer, leaving)
+
 
 class InlineConsumerThread(BackoffConsumerThread):
     """Faust's consumer "thread" run on the worker's own loop: no thread, no loop of its
@@ -538,6 +545,8 @@ class BulkTransport(faust_aiokafka.Transport):
     consumer_thread = True  # False: the consumer on the worker's loop (InlineConsumerThread)
     # Each fetch's records' age as they are handed over (``worker.assemble``: the metric).
     record_age: Callable[[float], None] | None = None
+    # Whether a static member leaves its group as it stops (``worker.assemble``).
+    leaving: Callable[[], bool] | None = None
 
 
 def install(

@@ -68,8 +68,13 @@ def faust_app(settings: Settings, partitions: int) -> faust.App:
         # let one hold a few hundred rows or updates, still well under the request size.
         producer_max_batch_size=262_144,
         broker_commit_interval=settings.commit_interval,
+        # A static member (the pod name) back within the session timeout takes its own
+        # partitions back without a rebalance; the client id shows it in `stream lag`.
+        consumer_group_instance_id=settings.instance_id,
+        broker_client_id=settings.worker_id,
         broker_session_timeout=settings.session_timeout,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+        # Members learn of a rebalance on a heartbeat: this bounds how long one waits for them.
+        broker_heartbeat_interval=min(settings.heartbeat_interval, settings.session_timeout / 3),
         broker_max_poll_interval=settings.max_poll_interval,
         stream_wait_empty=True,
         # The agent's queue holds two full batches: the hand-over waits for room beyond
@@ -339,6 +344,7 @@ def assemble(
     outbox = Outbox(BatchSender(app), table, settings.output_topic, settings.dlq_topic)  # 3
     stats = metrics.Metrics.create(settings)  # 4
     transport.record_age = stats.record_age.labels("fetched").observe
+    transport.leaving = lambda: settings.leave_on_stop  # a static member's SIGTERM (note 027)
     restore.install(app, table, stats.observe_recovery)  # the changelog restored in bulk
     stats.control_problem = "; ".join(control_problems)[:500]
     claims = Claims(settings, stats)  # 5

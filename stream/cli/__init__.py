@@ -27,6 +27,7 @@ MODULES = (
     "replay",
     "lag",
     "republish",
+    "leave",
     "topics",
 )
 COMMANDS = {
@@ -41,6 +42,7 @@ COMMANDS = {
     "replay": "replay",
     "lag": "lag",
     "republish": "republish",
+    "leave": "leave",
     "topics": "topics",
 }
 

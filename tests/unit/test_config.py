@@ -37,6 +37,7 @@ STRINGS: dict[str, str] = {
     "REDIS_PASSWORD": "pw",
     "REDIS_LOADER_URL": "redis://loader:pw@r:6380/0",
     "STREAM_WORKER_ID": "w-1",
+    "STREAM_GROUP_INSTANCE_ID": "context-stream-2",
     "STREAM_METRICS_BIND": "127.0.0.1",
     "STREAM_GATEWAY_BIND": "0.0.0.0",
 }
@@ -76,6 +77,7 @@ INTEGERS: dict[str, int] = {
 FLOATS = {
     "STREAM_COMMIT_INTERVAL",
     "STREAM_SESSION_TIMEOUT",
+    "STREAM_HEARTBEAT_INTERVAL",
     "STREAM_BATCH_WITHIN",
     "STREAM_PRODUCER_LINGER",
     "STREAM_MAX_POLL_INTERVAL",
@@ -89,6 +91,8 @@ FLAGS = {
     "STREAM_RESETS",
     "REDIS_CLUSTER",
     "STREAM_CONSUMER_THREAD",
+    "STREAM_STATIC_MEMBERSHIP",
+    "STREAM_LEAVE_ON_STOP",
 }
 # Read with their own rules, tested below.
 OTHERS = {
@@ -249,6 +253,17 @@ def test_a_flag_that_is_neither_names_the_variable(name: str) -> None:
     assert getattr(Settings.from_env({name: ""}), field) is getattr(Settings(), field)
     with pytest.raises(ConfigError, match=f"^{name} must be 1/0, true/false, yes/no or on/off"):
         Settings.from_env({name: "maybe"})
+
+
+def test_a_worker_named_in_the_environment_is_a_static_member_by_that_name() -> None:
+    assert Settings.from_env({}).instance_id is None  # host-pid: new on every start
+    assert Settings.from_env({"STREAM_WORKER_ID": "cs-1"}).instance_id == "cs-1"
+    named = {"STREAM_WORKER_ID": "cs-1", "STREAM_GROUP_INSTANCE_ID": "blue-1"}
+    assert Settings.from_env(named).instance_id == "blue-1"
+    assert Settings.from_env({"STREAM_GROUP_INSTANCE_ID": "blue-1"}).instance_id == "blue-1"
+    off = {"STREAM_WORKER_ID": "cs-1", "STREAM_STATIC_MEMBERSHIP": "0"}
+    assert Settings.from_env(off).instance_id is None
+    assert Settings().leave_on_stop is True  # a scale-down's partitions move at once
 
 
 def test_log_format_is_a_choice() -> None:
