@@ -64,14 +64,14 @@ def run(args: argparse.Namespace) -> int:
         have = found[spec.name]
         problems = differences(spec, have, given.partitions if given else None)
         if have is not None:
-            config = ", ".join(
-                f"{k}={v}"
+            config = "".join(
+                f", {k}={v}"
                 for k, v in sorted(have.config.items())
                 if k in spec.config or k in spec.at_least_ms
             )
             print(
                 f"{'ok' if not problems else '--'} {spec.name} ({spec.role}):"
-                f" {have.partitions} partition(s), replication {have.replication}, {config}"
+                f" {have.partitions} partition(s), replication {have.replication}{config}"
             )
         for problem in problems:
             print(f"   {problem.line()}")

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from stream.config import Settings
 
 DAY_MS = 86_400_000
+TOPIC_AUTHORIZATION_FAILED = 29
 DELETE_RETENTION_MS = 7 * DAY_MS  # tombstones outlive the longest restore or absence
 
 Role = Literal["input", "output", "dlq", "changelog", "control", "leader"]
@@ -53,6 +54,9 @@ class Found:
     partitions: int
     replication: int  # the fewest replicas of any partition
     config: Mapping[str, str]
+    # False: the principal may not DESCRIBE_CONFIGS it (the workers' may not, but on the
+    # control topic), so only partitions and replication can be checked.
+    readable: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,14 @@ def differences(
                 True,
             )
         ]
+    if not found.readable:
+        unchecked = Difference(
+            name,
+            "settings not checked: this principal may not DESCRIBE_CONFIGS it (run"
+            " `stream topics` as an admin to check cleanup.policy and retention)",
+            False,
+        )
+        return [*_layout(spec, found, input_partitions), unchecked]
     out: list[Difference] = []
     policy = _policies(found.config.get("cleanup.policy"))
     wanted = _policies(spec.config.get("cleanup.policy"))
@@ -166,6 +178,40 @@ def differences(
                 False,
             )
         )
+    out += _layout(spec, found, input_partitions)
+    for key, least in spec.at_least_ms.items():
+        have = _int(found.config.get(key))
+        if have is not None and have != -1 and have < least:
+            out.append(
+                Difference(
+                    name,
+                    f"{key}={have} ({have / DAY_MS:g} d), below {least} ({least / DAY_MS:g} d)",
+                    False,
+                )
+            )
+    history = spec.config.get("min.compaction.lag.ms")
+    if history and found.config.get("min.compaction.lag.ms") != history:
+        out.append(
+            Difference(name, "min.compaction.lag.ms is not the maximum: old steps may go", False)
+        )
+    isr = _int(found.config.get("min.insync.replicas"))
+    if found.replication >= 3 and isr is not None and isr < 2:
+        out.append(
+            Difference(
+                name,
+                f"min.insync.replicas={isr} with {found.replication} replicas: 2 keeps an"
+                " acknowledged record on two disks",
+                False,
+            )
+        )
+    return sorted(out, key=lambda d: not d.breaks)
+
+
+def _layout(spec: TopicSpec, found: Found, input_partitions: int | None) -> list[Difference]:
+    """The partition count and replication factor against the spec (what metadata shows
+    to any principal that may DESCRIBE the topic)."""
+    name = spec.name
+    out: list[Difference] = []
     if spec.role == "changelog" and input_partitions and found.partitions != input_partitions:
         out.append(
             Difference(
@@ -186,21 +232,6 @@ def differences(
                 False,
             )
         )
-    for key, least in spec.at_least_ms.items():
-        have = _int(found.config.get(key))
-        if have is not None and have != -1 and have < least:
-            out.append(
-                Difference(
-                    name,
-                    f"{key}={have} ({have / DAY_MS:g} d), below {least} ({least / DAY_MS:g} d)",
-                    False,
-                )
-            )
-    history = spec.config.get("min.compaction.lag.ms")
-    if history and found.config.get("min.compaction.lag.ms") != history:
-        out.append(
-            Difference(name, "min.compaction.lag.ms is not the maximum: old steps may go", False)
-        )
     if found.replication < spec.replication:
         out.append(
             Difference(
@@ -210,17 +241,7 @@ def differences(
                 False,
             )
         )
-    isr = _int(found.config.get("min.insync.replicas"))
-    if found.replication >= 3 and isr is not None and isr < 2:
-        out.append(
-            Difference(
-                name,
-                f"min.insync.replicas={isr} with {found.replication} replicas: 2 keeps an"
-                " acknowledged record on two disks",
-                False,
-            )
-        )
-    return sorted(out, key=lambda d: not d.breaks)
+    return out
 
 
 def _int(value: str | None) -> int | None:
@@ -245,6 +266,7 @@ CONFIG_KEYS = (
 def survey(admin: Any, names: Sequence[str], timeout: float = 10.0) -> dict[str, Found | None]:
     """Each named topic as the broker has it, ``None`` when missing (or not visible to
     this principal: listing every topic never auto-creates one)."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined,unused-ignore]
 
     listed = admin.list_topics(timeout=timeout).topics
@@ -255,13 +277,17 @@ def survey(admin: Any, names: Sequence[str], timeout: float = 10.0) -> dict[str,
     )
     found: dict[str, Found | None] = {name: None for name in names}
     for name in present:
-        described = futures[resources[name]].result()
         partitions = listed[name].partitions
-        found[name] = Found(
-            len(partitions),
-            min(len(p.replicas) for p in partitions.values()),
-            {key: described[key].value for key in CONFIG_KEYS if key in described},
-        )
+        replication = min(len(p.replicas) for p in partitions.values())
+        try:
+            described = futures[resources[name]].result()
+        except KafkaException as error:
+            if error.args[0].code() != TOPIC_AUTHORIZATION_FAILED:
+                raise
+            found[name] = Found(len(partitions), replication, {}, readable=False)
+            continue
+        config = {key: described[key].value for key in CONFIG_KEYS if key in described}
+        found[name] = Found(len(partitions), replication, config)
     return found
 
 

@@ -97,3 +97,15 @@ def test_differences(role: str, found: Found | None, expected: list[tuple[bool, 
     for difference, (breaks, text) in zip(got, expected, strict=True):
         assert difference.breaks == breaks and text in difference.what, difference.line()
         assert difference.line().startswith("BREAKS" if breaks else "warning")
+
+
+def test_a_topic_whose_settings_the_principal_may_not_read_is_checked_for_its_layout() -> None:
+    """The workers' principal has DESCRIBE but not DESCRIBE_CONFIGS (but on the control
+    topic): partitions and replication are still checked, the settings are a warning."""
+    hidden = Found(6, 3, {}, readable=False)
+    got = differences(BY_ROLE["changelog"], hidden, 12)
+    assert got[0].breaks and "must equal the input's 12" in got[0].what
+    assert not got[-1].breaks and "DESCRIBE_CONFIGS" in got[-1].what
+    assert [d.breaks for d in differences(BY_ROLE["output"], Found(12, 3, {}, False), 12)] == [
+        False
+    ]
