@@ -6,23 +6,31 @@ changes a StatefulSet, one step at a time:
 
     steady, 1 worker -> scale 1 -> 3 -> steady, 3 workers -> roll w2, w1, w0 (SIGTERM,
     wait for the exit, start again on the same state directory, wait until /readyz is 200
-    and the group has settled) -> steady, 3 workers -> scale 3 -> 1 -> steady, 1 worker
+    and the group has settled) -> steady, 3 workers -> crash w2, back in 1 s (SIGKILL,
+    start again on its state directory 1 s later: a container restart) -> steady ->
+    crash w1, no return (SIGKILL: a node lost) -> steady, 2 workers -> w1 back (started
+    again after the session timeout) -> steady, 3 workers -> scale 3 -> 1 -> steady, 1 worker
 
-with a standby replica (``STREAM_STANDBY_REPLICAS=1``). A subscriber process stamps every
-update as it lands in Redis (``benchmarks.live``). Per step the table gives the updates of
-events produced during it, their produce-to-Redis p50/p99/max, and the longest gap per
-input partition: the longest time within the step in which no update of that partition's
-sessions landed. Then the checks: every event accounted for exactly once (Redis' totals
-equal the events produced; nothing duplicate or dead), every session's update in Redis
-equals ``stream fold`` of what was produced for it, no session's seq ever went backwards
-in what Redis published or on the output topic, and the group's committed offset is at
-the end of every partition. Exit status 1 when a check fails.
+with a standby replica (``STREAM_STANDBY_REPLICAS=1``) and the worker's membership
+settings (static members named by their tags, a SIGTERM leaving the group; ``--dynamic``,
+``--stay-on-stop`` and ``--session-timeout`` measure the alternatives of note 027). A
+subscriber process stamps every update as it lands in Redis (``benchmarks.live``). Per
+step the table gives the updates of events produced during it, their produce-to-Redis
+p50/p99/max, and the longest gap per input partition: the longest time within the step in
+which no update of that partition's sessions landed, the longest of those that moved (or
+whose worker stopped; marked ``*``) and of the others apart. Then the checks: every event
+accounted for exactly once (Redis' totals equal the events produced; nothing duplicate or
+dead), every session's update in Redis equals ``stream fold`` of what was produced for
+it, no session's seq ever went backwards in what Redis published or on the output topic,
+and the group's committed offset is at the end of every partition. Exit status 1 when a check fails.
 
     python -m benchmarks.rolling [--sessions 120] [--rate 300] [--steady 20] [--json PATH]
+        [--session-timeout S] [--dynamic] [--stay-on-stop]
 
 Uses a private single-node broker and Redis (deploy/*.sh) unless KAFKA_BOOTSTRAP_SERVERS
 and REDIS_URL name running ones (a 3-node ``deploy/kafka.sh cluster-start`` with
-``STREAM_REPLICATION_FACTOR=3``, say). Figures: docs/notes/020-rolling-restarts-and-rebalances.md.
+``STREAM_REPLICATION_FACTOR=3``, say). Figures: docs/notes/020-rolling-restarts-and-rebalances.md
+and docs/notes/027-static-membership.md.
 """
 
 from __future__ import annotations
@@ -89,6 +97,18 @@ def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def owners(workers: list[WorkerProcess]) -> dict[int, str]:
+    """Partition -> the tag of the live worker that owns it."""
+    return {p: w.tag for w in workers if w.alive() for p in readyz(w).get("partitions", [])}
+
+
+def crash(worker: WorkerProcess) -> None:
+    """SIGKILL, as a crash or a lost node: nothing flushed, committed or left."""
+    assert worker.process is not None
+    worker.process.kill()
+    worker.process.wait(30)
+
+
 def leave(worker: WorkerProcess) -> None:
     """SIGTERM, as Kubernetes stops a pod: the worker must leave cleanly (exit 0)."""
     assert worker.process is not None
@@ -106,6 +126,7 @@ class Step:
     name: str
     began: float  # wall clock (time.time), as the produce and arrival stamps
     ended: float
+    moved: frozenset[int] = frozenset()  # partitions that changed owner or whose owner stopped
 
 
 @dataclass(frozen=True)
@@ -117,19 +138,27 @@ class Row:
     p99_ms: float
     max_ms: float
     gaps: list[float]  # per partition: the longest time without an update, seconds
+    moved: list[int]
+
+    def gap(self, moved: bool) -> str:
+        found = [g for p, g in enumerate(self.gaps) if (p in self.moved) == moved]
+        return f"{max(found):5.1f}" if found else "    -"
 
     def line(self) -> str:
-        gaps = " ".join(f"{g:4.1f}" for g in self.gaps)
+        gaps = " ".join(
+            f"{g:4.1f}{'*' if p in self.moved else ' '}" for p, g in enumerate(self.gaps)
+        )
         return (
-            f"| {self.step:<22} | {self.seconds:5.1f} | {self.updates:7,} | {self.p50_ms:6.0f} |"
-            f" {self.p99_ms:6.0f} | {self.max_ms:6.0f} | {max(self.gaps):5.1f} | {gaps} |"
+            f"| {self.step:<26} | {self.seconds:5.1f} | {self.updates:7,} | {self.p50_ms:6.0f} |"
+            f" {self.p99_ms:6.0f} | {self.max_ms:6.0f} | {self.gap(True)} | {self.gap(False)} |"
+            f" {gaps}|"
         )
 
 
 HEADER = (
-    "| step                   |     s | updates | p50 ms | p99 ms | max ms | gap s |"
-    " longest gap per partition, s |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---|"
+    "| step                       |     s | updates | p50 ms | p99 ms | max ms | moved gap s |"
+    " others gap s | longest gap per partition, s (* moved) |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|"
 )
 
 
@@ -160,6 +189,7 @@ def row(
         values["p99"] * 1000,
         values["max"] * 1000,
         gaps,
+        sorted(step.moved),
     )
 
 
@@ -264,11 +294,17 @@ def run(args: argparse.Namespace, work: Path) -> int:
     budget = 3 * steady + 900
     per_session = int(args.rate * budget / args.sessions) + 1
     with infrastructure(work) as infra:
+        membership = {
+            "STREAM_STATIC_MEMBERSHIP": "0" if args.dynamic else "1",
+            "STREAM_LEAVE_ON_STOP": "0" if args.stay_on_stop else "1",
+        }
+        if args.session_timeout:
+            membership["STREAM_SESSION_TIMEOUT"] = str(args.session_timeout)
         scenario = Scenario(
             infra,
             work,
             partitions=partitions,
-            extra={"STREAM_STANDBY_REPLICAS": "1", "STREAM_COMMIT_INTERVAL": "0.5"},
+            extra={"STREAM_STANDBY_REPLICAS": "1", "STREAM_COMMIT_INTERVAL": "0.5", **membership},
         )
         sessions = corpus(work, args.sessions, per_session)
         keyed = [(s.encode(), events) for s, events in sessions.items()]
@@ -281,16 +317,31 @@ def run(args: argparse.Namespace, work: Path) -> int:
         steps: list[Step] = []
         stop = threading.Event()
 
-        def step(name: str, change: Callable[[], None], hold: float = 0.0) -> None:
+        def step(
+            name: str,
+            change: Callable[[], None],
+            hold: float = 0.0,
+            touched: tuple[WorkerProcess, ...] = (),
+        ) -> None:
+            before = owners(workers)
             began = time.time()
             change()
             wait(lambda: settled(workers, partitions), 300, f"{name}: the group settled")
+            after = owners(workers)
+            tags = {w.tag for w in touched}
+            moved = {p for p in range(partitions) if before.get(p) in tags}
+            moved |= {p for p in range(partitions) if before.get(p) != after.get(p)}
             time.sleep(hold)
-            steps.append(Step(name, began, time.time()))
-            log(f"{name}: {steps[-1].ended - began:.1f} s")
+            steps.append(Step(name, began, time.time(), frozenset(moved)))
+            log(f"{name}: {steps[-1].ended - began:.1f} s, moved {sorted(moved)}")
 
         def roll(worker: WorkerProcess) -> None:
             leave(worker)
+            worker.start()
+
+        def crash_and_return(worker: WorkerProcess) -> None:
+            crash(worker)
+            time.sleep(1.0)
             worker.start()
 
         def scale_up() -> None:
@@ -316,9 +367,17 @@ def run(args: argparse.Namespace, work: Path) -> int:
             step("scale 1 -> 3", scale_up)
             step("steady, 3 workers", lambda: None, steady)
             for worker in reversed(workers):  # a StatefulSet rolls from the highest ordinal
-                step(f"roll {worker.tag}", lambda w=worker: roll(w))  # type: ignore[misc]
+                rolled = (worker,)
+                step(f"roll {worker.tag}", lambda w=worker: roll(w), touched=rolled)  # type: ignore[misc]
             step("steady, 3 workers", lambda: None, steady)
-            step("scale 3 -> 1", scale_down)
+            w1, w2 = workers[1], workers[2]
+            step("crash w2, back in 1 s", lambda: crash_and_return(w2), touched=(w2,))
+            step("steady, 3 workers", lambda: None, steady)
+            step("crash w1, no return", lambda: crash(w1), touched=(w1,))
+            step("steady, 2 workers", lambda: None, steady)
+            step("w1 back", w1.start)
+            step("steady, 3 workers", lambda: None, steady)
+            step("scale 3 -> 1", scale_down, touched=(w1, w2))
             step("steady, 1 worker", lambda: None, steady)
             stop.set()
             feeder.join(30)
@@ -340,7 +399,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         rows = [row(s, arrivals, load.produced_at, partition_of, partitions) for s in steps]
         print(
             f"\nRolling restart and scaling: {args.sessions} sessions, {args.rate} events/s,"
-            f" {partitions} partitions, standby replicas 1\n"
+            f" {partitions} partitions, standby replicas 1, {membership}\n"
         )
         print(HEADER)
         for found in rows:
@@ -398,6 +457,17 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=20.0, help="seconds of each steady step")
     parser.add_argument("--work", help="working directory (default: a temporary one)")
     parser.add_argument("--json", help="also write the rows and failures here")
+    parser.add_argument(
+        "--session-timeout", type=float, help="STREAM_SESSION_TIMEOUT (default: the worker's)"
+    )
+    parser.add_argument(
+        "--dynamic", action="store_true", help="dynamic members (STREAM_STATIC_MEMBERSHIP=0)"
+    )
+    parser.add_argument(
+        "--stay-on-stop",
+        action="store_true",
+        help="a SIGTERM does not leave the group (STREAM_LEAVE_ON_STOP=0)",
+    )
     args = parser.parse_args()
     if args.work:
         Path(args.work).mkdir(parents=True, exist_ok=True)
