@@ -125,8 +125,9 @@ class Settings:
         10_000,
         integer(1),
         group=BATCHES,
-        help="most events per batch",
-        doc="most events per batch (a batch grows with a backlog up to it; the agent's queue"
+        help="most records per batch",
+        doc="most records per batch, holding at most 4× as many events, a segment counting its"
+        " elements (a batch grows with a backlog up to it; the agent's queue"
         " holds two)",
     )
     batch_within: float = setting(  # 0 takes what has arrived (latency first; note 011)

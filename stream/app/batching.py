@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, Final
 
 from faust.types import TP
 from faust.types.tuples import ack_lock
@@ -98,6 +98,12 @@ class BulkAcks:
             notify(self._waiting_for_ack)
 
 
+# The events a batch may hold, as ``bulkqueue.elements`` counts them, per record it may
+# hold: one batch of records of large segments folds about as long as a batch of records
+# of one event each, four times over at most (docs/notes/028).
+ELEMENTS_PER_RECORD: Final = 4
+
+
 async def batches(
     stream: Any, max_: int, linger: float = 0.0, sessions: int = 0
 ) -> AsyncIterator["Batch"]:
@@ -115,6 +121,10 @@ async def batches(
     published. A batch of the partitions waiting longest, holding at most ``sessions``
     sessions, publishes them after their own share of the work; the others come next with
     whatever reached them meanwhile (docs/notes/016).
+
+    A batch also holds at most ``ELEMENTS_PER_RECORD × max_`` events by
+    ``bulkqueue.elements`` (at least one record): a record's cost is its elements, and a
+    few records of 10,000 elements each must not hold the loop for seconds.
     """
     app = stream.app
     channel = aiter(stream.channel)  # subscribes the channel, as iterating the stream does
@@ -146,7 +156,7 @@ async def batches(
         # (the collector's threshold counts on it: runtime.worker_young).
         while waiting.events < max_ and waiting.bytes < bytes_max and not queue.empty():
             waiting.add(*bulkqueue.taken(queue, queue.get_nowait()))
-        messages = waiting.take(max_, sessions)
+        messages = waiting.take(max_, sessions, ELEMENTS_PER_RECORD * max_)
         if not flow_active():
             # A rebalance (or recovery) holds the flow: wait it out, then keep what is still
             # of the current generation (a rebalance moves it on and seeks back).
@@ -194,24 +204,28 @@ class Waiting:
         self.events += len(messages)
         self.bytes += size
 
-    def take(self, max_: int, sessions: int = 0) -> list[Any]:
-        """Up to ``max_`` messages, whole partitions longest waiting first; with
-        ``sessions`` > 0, no further partition that would bring the keys past it (the
-        first partition goes whatever it holds), unless a whole batch is waiting: a
-        worker that far behind gains nothing from turns, and one batch of every
-        partition costs less per event than several."""
+    def take(self, max_: int, sessions: int = 0, elements: float = bulkqueue.NO_BOUND) -> list[Any]:
+        """Up to ``max_`` messages holding up to ``elements`` events
+        (``bulkqueue.elements``; the first message goes whatever it holds), whole
+        partitions longest waiting first; with ``sessions`` > 0, no further partition that
+        would bring the keys past it (the first partition goes whatever it holds), unless
+        a whole batch is waiting: a worker that far behind gains nothing from turns, and
+        one batch of every partition costs less per event than several."""
         out: list[Any] = []
         keys = 0
+        weight = 0
         parts = self.parts
         if self.events >= max_:
             sessions = 0
-        while parts and len(out) < max_:
+        while parts and len(out) < max_ and weight < elements:
             tp, held = next(iter(parts.items()))
             if sessions > 0:
                 keys += len({m.key for m in held})
                 if out and keys > sessions:
                     break
-            room = max_ - len(out)
+            room, more = bulkqueue.fit(held, max_ - len(out), elements - weight, not out)
+            if out and not room:
+                break
             if len(held) > room:  # its rest takes the last turn: a backlog starves no one
                 out.extend(held[:room])
                 parts[tp] = held[room:]
@@ -219,6 +233,7 @@ class Waiting:
                 break
             del parts[tp]
             out.extend(held)
+            weight += more
         self.events -= len(out)
         self.bytes = max(0, self.bytes - bulkqueue.size(out)) if self.parts else 0
         return out

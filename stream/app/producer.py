@@ -12,6 +12,7 @@ from typing import Any
 import aiokafka  # type: ignore[import-untyped]
 
 from stream.app.backoff import with_backoff
+from stream.app.deadletters import DeadLetterLog
 from stream.app.declare import FencedProducer
 from stream.app.table import SessionTable
 from stream.output.headers import dead_letter_headers
@@ -249,8 +250,16 @@ class Outbox:
     and the "current event" routing it needs a bound event for.
     """
 
-    def __init__(self, sender: BatchSender, table: SessionTable, output: str, dead: str) -> None:
+    def __init__(
+        self,
+        sender: BatchSender,
+        table: SessionTable,
+        output: str,
+        dead: str,
+        letters: DeadLetterLog | None = None,
+    ) -> None:
         self.sender, self.table, self.output, self.dead = sender, table, output, dead
+        self.letters = DeadLetterLog(log) if letters is None else letters
 
     def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
         """A row into its partition's store and changelog; None deletes it (a tombstone
@@ -276,13 +285,7 @@ class Outbox:
         return self.sender.add(self.output, None, key, payload, headers)
 
     def send_dead_letter(self, letter: DeadLetter) -> Awaitable[Any]:
-        log.warning(
-            "dead-lettered %s[%d]@%d: %s",
-            letter.topic,
-            letter.partition,
-            letter.offset,
-            letter.reason,
-        )
+        self.letters.note(letter)  # the log is bounded; the topic gets every letter
         return self.sender.add(self.dead, None, None, letter.value, dead_letter_headers(letter))
 
     async def left(self) -> None:

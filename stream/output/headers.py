@@ -21,8 +21,10 @@ DLQ_REASON: Final = "reason"
 DLQ_SOURCE_TOPIC: Final = "source-topic"
 DLQ_SOURCE_PARTITION: Final = "source-partition"
 DLQ_SOURCE_OFFSET: Final = "source-offset"
-DLQ_SEGMENT_INDEX: Final = "segment-index"  # only when one element of a segment was bad
+DLQ_SEGMENT_INDEX: Final = "segment-index"  # the (first) unreadable element of a segment
 DLQ_ORIGINAL_BYTES: Final = "original-bytes"  # only when the value was cut to fit
+DLQ_COUNT: Final = "count"  # input events the record stands for; only when more than one
+DLQ_SEGMENT_INDEXES: Final = "segment-indexes"  # with a count: the first positions, a,b,c
 
 # Output records (session updates): what Redis' guard compares, besides the payload.
 UPDATE_GENERATION: Final = "gen"
@@ -45,6 +47,10 @@ class Letter(Protocol):
     def index(self) -> int | None: ...
     @property
     def size(self) -> int | None: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def positions(self) -> tuple[int, ...]: ...
 
 
 def dead_letter_headers(letter: Letter) -> list[tuple[str, bytes]]:
@@ -59,4 +65,8 @@ def dead_letter_headers(letter: Letter) -> list[tuple[str, bytes]]:
         found.append((DLQ_SEGMENT_INDEX, str(letter.index).encode()))
     if letter.size is not None:
         found.append((DLQ_ORIGINAL_BYTES, str(letter.size).encode()))
+    if letter.count > 1:
+        found.append((DLQ_COUNT, str(letter.count).encode()))
+        if letter.positions:
+            found.append((DLQ_SEGMENT_INDEXES, ",".join(map(str, letter.positions)).encode()))
     return found

@@ -124,8 +124,7 @@ class _Batch:
         letters = [item for item in items if type(item) is DeadLetter]
         self.events = len(items) - len(letters)
         if letters and not self.refolding:  # refolding: sent and accounted already
-            count = 0 if again else None if message.unread is None else message.records
-            self.dead_letters(message, letters, count)
+            self.dead_letters(message, letters, 0 if again else None)
         if session_id is None or not self.events:
             return
         key = session_id.encode()
@@ -215,14 +214,17 @@ class _Batch:
     def dead_letters(
         self, message: Message, letters: list[DeadLetter], count: int | None = None
     ) -> None:
-        """Send ``letters`` and account ``count`` events (one per letter) for a message
-        not accounted before this batch (a redelivery sends again but counts nothing)."""
+        """Send ``letters`` and account ``count`` events (None: the events the letters
+        stand for) for a message not accounted before this batch (a redelivery sends
+        again but counts nothing)."""
         self.result.dead_letters.extend(letters)
         entry = self.partition(message.partition)
         if message.offset > entry.before_offset:
-            entry.row.dead += len(letters) if count is None else count
+            entry.row.dead += sum(letter.count for letter in letters) if count is None else count
 
-    def letter(self, message: Message, error: BaseException, during: str) -> DeadLetter:
+    def letter(
+        self, message: Message, error: BaseException, during: str, count: int = 1
+    ) -> DeadLetter:
         reason = f"unexpected {type(error).__name__} while {during}: {error}"
         return DeadLetter(
             (message.value or b"")[: self.limits.dead_letter_bytes],
@@ -230,6 +232,7 @@ class _Batch:
             message.topic,
             message.partition,
             message.offset,
+            count=max(count, 1),
         )
 
     def quarantine(self, message: Message, error: BaseException) -> None:
@@ -247,7 +250,8 @@ class _Batch:
                         self.fold(earlier)
         finally:
             self.refolding = False
-            self.dead_letters(message, [self.letter(message, error, "folding")], count)
+            letter = self.letter(message, error, "folding", count)
+            self.dead_letters(message, [letter], count)
 
     def change(self, session_key: tuple[int, bytes], entry: _Open) -> SessionChange:
         """What is written and published for a session; raises when it cannot be encoded."""
@@ -297,8 +301,9 @@ class _Batch:
                 entry.record = codec.decode(good.row, self.folds)
                 if message in entry.messages:
                     entry.messages.remove(message)
-                letter = self.letter(message, error, "finishing the session")
-                self.dead_letters(message, [letter], count or self.events)
+                count = count or self.events
+                letter = self.letter(message, error, "finishing the session", count)
+                self.dead_letters(message, [letter], count)
             finally:
                 self.refolding = False
         good.record = None  # folded on past ``good.row`` by a message that broke it

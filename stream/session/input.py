@@ -124,6 +124,7 @@ def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], i
         return session_id, [_dead(message, limits, too_many)], None
     out: list[Item] = []
     latest: int | None = None
+    unreadable: _Unreadable | None = None  # made at the first bad element (rare)
     # No element can be larger than the whole message: sizes are measured only when the
     # message is over the event bound (never, with the defaults).
     sized = len(value) > limits.event_bytes
@@ -133,7 +134,9 @@ def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], i
                 check_depth(element)
             if sized and len(encoded := dumps(element)) > limits.event_bytes:
                 size = f"event of {len(encoded):,} bytes exceeds {limits.event_bytes:,}"
-                out.append(_dead(message, limits, size, encoded, index))
+                if unreadable is None:
+                    unreadable = _Unreadable(len(value))
+                unreadable.add(index, size, encoded, limits)
                 continue
             item = _item(element)
             out.append(item)
@@ -141,8 +144,62 @@ def _decode(message: Message, limits: Limits) -> tuple[str | None, list[Item], i
             if time is not None and (latest is None or time > latest):
                 latest = time
         except Unreadable as error:
-            out.append(_dead(message, limits, str(error), _reencode(element, value), index))
+            if unreadable is None:
+                unreadable = _Unreadable(len(value))
+            unreadable.add(index, str(error), _reencode(element), limits)
+    if unreadable is not None:
+        # One dead letter for all of them: a record of 10,000 bad elements once made
+        # 10,000 dead letters and log lines, 1.4 GiB in one batch (docs/notes/028).
+        out.append(unreadable.letter(message, limits, len(body)))
     return session_id, out, latest
+
+
+_REASONS: Final = 3  # distinct reasons a segment's dead letter quotes
+
+
+class _Unreadable:
+    """A segment's unreadable elements, gathered into its record's one dead letter: how
+    many, the first positions, up to ``_REASONS`` distinct reasons, and their texts while
+    these, as a JSON array, are no larger than the record itself (else the letter holds
+    the record). So the letter is bounded by the record and the limits, not by the
+    number of elements."""
+
+    def __init__(self, record_bytes: int) -> None:
+        self.record_bytes = record_bytes
+        self.count = 0
+        self.positions: list[int] = []
+        self.reasons: list[str] = []
+        self.texts: list[bytes] = []
+        self.size = 1  # of ``texts`` as a JSON array: the brackets and the commas
+        self.whole = False  # a text could not be kept: the letter holds the record
+
+    def add(self, index: int, reason: str, text: bytes | None, limits: Limits) -> None:
+        self.count += 1
+        if len(self.positions) < limits.dead_letter_positions:
+            self.positions.append(index)
+        if len(self.reasons) < _REASONS and reason not in self.reasons:
+            self.reasons.append(reason)
+        if self.whole:
+            return
+        if text is None or (self.texts and self.size + len(text) + 1 > self.record_bytes):
+            self.whole, self.texts = True, []
+            return
+        self.texts.append(text)
+        self.size += len(text) + 1
+
+    def letter(self, message: Message, limits: Limits, elements: int) -> DeadLetter:
+        first = self.positions[0] if self.positions else None
+        if self.count == 1:  # the element alone, as it always was
+            text = (message.value or b"") if self.whole else self.texts[0]
+            return _dead(message, limits, self.reasons[0], text, first)
+        raw = (message.value or b"") if self.whole else b"[" + b",".join(self.texts) + b"]"
+        reason = (
+            f"{self.count:,} of {elements:,} segment elements unreadable;"
+            f" the first (index {first}): {self.reasons[0]}"
+        )
+        if len(self.reasons) > 1:
+            reason += "; also: " + "; ".join(self.reasons[1:])
+        return _dead(message, limits, reason, raw, first, self.count, tuple(self.positions))
 
 
 def _reset(
@@ -178,12 +235,17 @@ def _dead(
     reason: str,
     raw: bytes | None = None,
     index: int | None = None,
+    count: int = 1,
+    positions: tuple[int, ...] = (),
 ) -> DeadLetter:
-    """A dead letter of ``message`` (or of ``raw``, one element of it), cut to the bound.
-    Module level, not a closure in ``_decode``: compiled, a closure and its environment
-    hold each other, a cycle per message left for the collector (note 016)."""
+    """The dead letter of ``message`` (of ``raw``: what of it was unreadable), cut to the
+    bound; it stands for ``count`` input events (an unread batch: its records). Module
+    level, not a closure in ``_decode``: compiled, a closure and its environment hold each
+    other, a cycle per message left for the collector (note 016)."""
     if raw is None:
         raw = message.value or b""
+    if message.unread is not None:
+        count = message.records
     size = None
     if len(raw) > limits.dead_letter_bytes:
         raw, size = raw[: limits.dead_letter_bytes], len(raw)
@@ -195,6 +257,8 @@ def _dead(
         message.offset,
         index,
         size,
+        count,
+        positions,
     )
 
 
@@ -207,18 +271,18 @@ def _item(element: Any) -> Event | ChunkRun:
     return read_event(decoded)
 
 
-def _reencode(element: Any, whole: bytes) -> bytes:
-    """A bad segment element as JSON text; the whole message when it cannot be printed
-    (nesting past what any encoder takes), so the dead letter still holds the input."""
+def _reencode(element: Any) -> bytes | None:
+    """A bad segment element as JSON text; None when it cannot be printed (nesting past
+    what any encoder takes): the dead letter then holds the whole record."""
     try:
         return dumps(element)
     except (RecursionError, ValueError, TypeError):
-        return whole
+        return None
+
+
 def _claimed(generations: frozenset[int]) -> str:
     """The claimed generations a reason names: the five highest (a reason stays short)."""
     if not generations:
         return "none"
     highest = sorted(generations)[-5:]
     return ("..., " if len(generations) > 5 else "") + ", ".join(map(str, highest))
-
-

@@ -23,6 +23,8 @@ class Limits:
     segment_events: int = 10_000
     error_chars: int = MAX_ERROR_CHARS
     dead_letter_bytes: int = 900_000  # value kept in a dead letter; the rest is cut
+    # Positions of a segment's unreadable elements a dead letter lists (it counts them all).
+    dead_letter_positions: int = 100
     resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
     # The generations a reset may name: those claimed for resets on the control topic
     # (``stream produce --reset`` claims one before it sends); any other is dead-lettered,

@@ -24,13 +24,21 @@ class ResetNote:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
+    """One input record's unreadable part: at most one per record, whatever it holds
+    (docs/notes/028), so what a record costs downstream is bounded by the limits."""
+
     value: bytes
     reason: str
     topic: str
     partition: int
     offset: int
-    index: int | None = None  # position inside a segment, when only one element was bad
+    index: int | None = None  # the (first) unreadable element's position in its segment
     size: int | None = None  # original value size when ``value`` was cut to fit
+    # Input events it stands for (the ``dead_lettered`` it adds): a segment's unreadable
+    # elements, or the records of a batch the transport could not read.
+    count: int = 1
+    # Those elements' positions in the segment, the first ``Limits.dead_letter_positions``.
+    positions: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)

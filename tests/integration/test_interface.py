@@ -168,6 +168,7 @@ def _send_unusual(deployment: Deployment) -> None:
     send(b"gappy", user(0))
     send(b"gappy", user(2))  # seq 1 is missing: every projection faults at 2
     send(b"segment", [user(0), 7, user(1)])  # element 1 is dead-lettered alone
+    send(b"hollow", [{}, 7, "x"])  # three elements, one dead letter that counts them
     send(b"unreadable", b"{not json")
     send(b"unreadable", [])
     send(None, user(0))
@@ -324,7 +325,7 @@ def _feed(deployment: Deployment, expected: dict[str, dict[str, Any]]) -> None:
             60,
             f"{session_id} folded",
         )
-    wait_until(lambda: deployment.stats()["dead_lettered"] >= 6, 30, "the dead letters counted")
+    wait_until(lambda: deployment.stats()["dead_lettered"] >= 9, 30, "the dead letters counted")
     wait_until(lambda: deployment.redis_update("gappy") is not None, 30, "the gap published")
     deployment.stream("produce", "--reset", str(RESET_LOG))
     reset_id = "example-system-prompts"
@@ -413,8 +414,9 @@ def _records(deployment: Deployment) -> tuple[list[dict[str, Any]], set[str]]:
     name = deployment.name
     dead = deployment.consume_all(f"{name}.dlq")
     dead_headers = [_headers(m) for m in dead]
-    assert len(dead) == 6, dead_headers
+    assert len(dead) == 7, dead_headers
     assert any("segment-index" in h for h in dead_headers)
+    assert any(h.get("count") == "3" and h.get("segment-indexes") == "0,1,2" for h in dead_headers)
     assert any("original-bytes" in h for h in dead_headers)
     # The one cut for its size alone is an event, only too big: it fits the schema.
     dead_offsets = {int(h["source-offset"]) for h in dead_headers if "original-bytes" not in h}

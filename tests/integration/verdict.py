@@ -113,6 +113,57 @@ def dead_letters(deployment: Deployment) -> list[Message]:
     return list(deployment.consume_all(f"{deployment.name}.dlq", timeout=300))
 
 
+# A dead letter's parts: (the input events it stands for, the segment positions it names:
+# None for a whole record). One letter per input record (docs/notes/028).
+LetterParts = tuple[int, tuple[int, ...] | None]
+
+# What a dead letter lists of a segment's unreadable elements (``Limits.dead_letter_positions``).
+LISTED_POSITIONS: Final = 100
+
+
+def expected_letters(
+    dead: Iterable[tuple[int, int, int | None]], listed: int = LISTED_POSITIONS
+) -> dict[tuple[int, int], LetterParts]:
+    """The one dead letter each input record must get, from the unreadable parts produced
+    (partition, offset, segment index or None): how many, and the first ``listed``
+    positions."""
+    by_record: dict[tuple[int, int], list[int | None]] = {}
+    for partition, offset, index in dead:
+        by_record.setdefault((partition, offset), []).append(index)
+    out: dict[tuple[int, int], LetterParts] = {}
+    for place, indexes in by_record.items():
+        if None in indexes:
+            assert indexes == [None], (place, indexes)  # whole, or elements: never both
+            out[place] = (1, None)
+        else:
+            out[place] = (len(indexes), tuple(sorted(i for i in indexes if i is not None))[:listed])
+    return out
+
+
+def letter_parts(
+    deployment: Deployment, letters: Iterable[Message]
+) -> dict[tuple[int, int], LetterParts]:
+    """What the dead-letter topic's records say they stand for, by source (partition,
+    offset); a redelivery may send a record's letter again, and it must say the same."""
+    topic = input_topic(deployment)
+    found: dict[tuple[int, int], LetterParts] = {}
+    for letter in letters:
+        headers = {k: v for k, v in letter.headers() or []}
+        assert headers["source-topic"] == topic.encode(), headers
+        assert headers["reason"], headers
+        place = (int(headers["source-partition"]), int(headers["source-offset"]))
+        count = int(headers.get("count", b"1"))
+        index = headers.get("segment-index")
+        positions: tuple[int, ...] | None = None
+        if index is not None:
+            listed = headers.get("segment-indexes")
+            positions = (int(index),) if listed is None else tuple(map(int, listed.split(b",")))
+            assert positions[0] == int(index), headers
+        parts = (count, positions)
+        assert found.setdefault(place, parts) == parts, (place, found[place], parts)
+    return found
+
+
 def latest_output(deployment: Deployment) -> dict[str, Any]:
     """``Deployment.latest_output`` with time to read a soak's output topic to its end."""
     latest: dict[str, Any] = {}
@@ -231,8 +282,9 @@ def verify(
        parts, and by outcome equal the offline fold's (dead_lettered: the unreadable).
     4. Redis holds the offline fold line for every session, and no other session.
     5. The output topic's latest update of every session is that line, and no other key.
-    6. The dead-letter topic's distinct (source-partition, source-offset, segment-index)
-       are exactly the unreadable parts produced (duplicates from redelivery allowed).
+    6. The dead-letter topic holds one letter per input record with unreadable parts, and
+       each says how many and which (``expected_letters``; a redelivery may send one
+       again, the same).
     7. Sessions given only valid events (``clean``) have no faults.
     """
     started = time.monotonic()
@@ -297,27 +349,20 @@ def verify(
     latest = latest_output(deployment)
     assert latest == expected, _diff("output topic", expected, latest)
     letters = dead_letters(deployment)
-    distinct: set[tuple[int, int, int | None]] = set()
-    topic = input_topic(deployment)
-    for letter in letters:
-        headers = {k: v for k, v in letter.headers() or []}
-        assert headers["source-topic"] == topic.encode(), headers
-        assert headers["reason"], headers
-        index = headers.get("segment-index")
-        distinct.add(
-            (
-                int(headers["source-partition"]),
-                int(headers["source-offset"]),
-                None if index is None else int(index),
-            )
-        )
-    missing = ledger.dead_expected - distinct
-    extra = distinct - ledger.dead_expected
-    assert not missing and not extra, (
-        f"dead letters: {len(missing)} missing {sorted(missing, key=str)[:5]},"
-        f" {len(extra)} unexpected {sorted(extra, key=str)[:5]}"
+    found_parts = letter_parts(deployment, letters)
+    expected_parts = expected_letters(ledger.dead_expected)
+    missing = sorted(set(expected_parts) - set(found_parts))
+    extra = sorted(set(found_parts) - set(expected_parts))
+    wrong = [
+        (place, expected_parts[place], found_parts[place])
+        for place in sorted(set(expected_parts) & set(found_parts))
+        if found_parts[place] != expected_parts[place]
+    ]
+    assert not missing and not extra and not wrong, (
+        f"dead letters: {len(missing)} missing {missing[:5]}, {len(extra)} unexpected"
+        f" {extra[:5]}, {len(wrong)} with other parts (place, expected, found) {wrong[:3]}"
     )
-    assert len(distinct) == ledger.unreadable
+    assert sum(count for count, _ in found_parts.values()) == ledger.unreadable
     faulted = sum(1 for line in expected.values() if "faults" in line)
     return Verdict(
         len(sessions),

@@ -65,7 +65,14 @@ def events_in(message: Message, limits: Limits = LIMITS) -> int:
     """The events a message holds as the contract reads it (a reset record holds none)."""
     _, items = decode(message, limits)
     return sum(
-        item.size if type(item) is ChunkRun else 0 if type(item) is Reset else 1 for item in items
+        item.size
+        if type(item) is ChunkRun
+        else item.count
+        if type(item) is DeadLetter
+        else 0
+        if type(item) is Reset
+        else 1
+        for item in items
     )
 
 
