@@ -594,7 +594,7 @@ class Settings:
             error_chars=self.max_error_chars,
             dead_letter_bytes=min(self.max_message_bytes, 900_000),
             resets=self.resets,
-            reset_generations=frozenset(),  # until the control topic claims some (Claims)
+            reset_generations=(),  # until the control topic claims some (Claims)
             system_prompts=self.max_system_prompts,
             session_ttl=self.session_ttl_seconds * 1000,
         )

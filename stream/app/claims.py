@@ -17,7 +17,7 @@ from typing import Any
 from stream.config import Settings
 from stream.ops import control
 from stream.session.batch import Message
-from stream.session.input import reset_generation
+from stream.session.input import claimed_for_resets, reset_generation
 from stream.session.limits import Limits
 
 log = logging.getLogger("stream.worker")
@@ -48,7 +48,7 @@ class Claims:
         if not self.limits.resets or claimed is None:
             return
         wanted = {reset_generation(m.headers) for m in messages if m.headers} - {0}
-        if wanted <= claimed:
+        if all(claimed_for_resets(generation, claimed) for generation in wanted):
             return
         await self._read("control topic not read for a reset: %s", logging.ERROR)
 
@@ -66,9 +66,9 @@ class Claims:
         except Exception as error:  # the broker is away: judged on what was read before
             log.log(level, failed, error)
             return
-        claims = frozenset(found.control.resets)
+        claims = found.control.resets
         if self.limits.reset_generations is not None and claims != self.limits.reset_generations:
-            shown = ", ".join(map(str, sorted(claims))) or "none"
+            shown = control.describe_claims(claims)
             log.info("generations claimed for resets on the control topic: %s", shown)
             self.limits = replace(self.limits, reset_generations=claims)
         problems = list(found.problems)

@@ -13,9 +13,9 @@ One compacted, single-partition topic ``{STREAM_APP_ID}-control`` holds one reco
   changelog past what the local copy already holds).
 - ``rebuild``: the input offsets the last rebuild reset the group to, so repeating the same
   rebuild before any worker ran is recognised and changes nothing.
-- ``resets``: the generations claimed for resets (``stream produce --reset``): a reset record
-  on the input topic applies only under one of them. A record without it (an older
-  release's) claims none.
+- ``resets``: the generations claimed for resets (``stream produce --reset``), as ascending
+  ranges ``[first, last]``: a reset record on the input topic applies only under one of
+  them. A record without it (an older release's) claims none.
 
 Nothing on the topic is taken as it comes (``choose_control``, note 029): the first record
 must be one step above where the deployment starts (``STREAM_GENERATION``, epoch 0, no
@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -67,6 +67,48 @@ RESETS_FILE = "resets"  # in STREAM_STATE_DIR: the generations claimed for reset
 KEEP_HISTORY = str(2**63 - 1)  # min.compaction.lag.ms
 
 
+# Generations claimed for resets: ascending, disjoint, inclusive ranges, merged where they
+# touch, so the record stays small when claims follow one another (a loop of repairs).
+Claimed = tuple[tuple[int, int], ...]
+
+
+def add_claim(claims: Claimed, generation: int) -> Claimed:
+    """``claims`` with ``generation`` (above all of them) claimed too."""
+    if claims and claims[-1][1] == generation - 1:
+        return (*claims[:-1], (claims[-1][0], generation))
+    return (*claims, (generation, generation))
+
+
+def describe_claims(claims: Claimed) -> str:
+    """The last five ranges, for a reason or a log line (any shape a record held)."""
+
+    def text(claim: tuple[int, ...]) -> str:
+        single = len(claim) == 2 and claim[0] == claim[1]
+        return str(claim[0]) if single else "-".join(map(str, claim))
+
+    shown = ", ".join(map(text, claims[-5:]))
+    return f"[{'..., ' if len(claims) > 5 else ''}{shown}]"[:200]
+
+
+def _read_claims(value: Any) -> Claimed:
+    """Ranges as JSON gives them (``[[2, 5], [8, 8]]``); raises ValueError or TypeError."""
+    claims = tuple((first, last) for first, last in value or ())
+    bound = 0  # a range starts past the one before it, and does not touch it
+    for first, last in claims:
+        if not (type(first) is int and type(last) is int and bound < first <= last):
+            raise ValueError(f"bad claims for resets {value!r:.200}")
+        bound = last + 1
+    return claims
+
+
+def _raw_claims(value: Any) -> Claimed:
+    """Ranges as a record holds them, unchecked (C speed): a record carries every claim,
+    so checking each one in every record would cost records x claims (seconds for a few
+    thousand). ``step_problem`` compares them with what the step before allows, which is
+    well formed by construction; anything else is refused there."""
+    return cast(Claimed, tuple(map(tuple, value or ())))
+
+
 class ControlTopicError(RuntimeError, ConfigError):
     """The control topic is not one a worker can trust (not compacted, several partitions):
     what keeps a worker from starting, and an operator command from writing, with the fix
@@ -92,7 +134,7 @@ class Control:
     epoch: int = 0
     rebuild: tuple[tuple[int, int], ...] = ()  # (input partition, offset) of the last rebuild
     topic: str = ""  # the input topic those offsets belong to
-    resets: tuple[int, ...] = ()  # generations claimed for resets, ascending
+    resets: Claimed = ()  # generations claimed for resets
     written_at: str = ""
     written_by: str = ""
 
@@ -121,7 +163,7 @@ class Control:
         """The record ``stream produce --reset`` writes: the next generation, claimed for
         resets (a rebuild or a bare bump claims none)."""
         generation = self.next_generation(configured)
-        return replace(self, generation=generation, resets=(*self.resets, generation))
+        return replace(self, generation=generation, resets=add_claim(self.resets, generation))
 
     def same_point(self, other: "Control") -> bool:
         """Whether both stand at the same step (who wrote it and when aside)."""
@@ -164,7 +206,7 @@ class Control:
                 "generation": self.generation,
                 "epoch": self.epoch,
                 "rebuild": {"topic": self.topic, "offsets": {str(p): o for p, o in self.rebuild}},
-                "resets": list(self.resets),
+                "resets": [list(claim) for claim in self.resets],
                 "writtenAt": self.written_at,
                 "writtenBy": self.written_by,
             }
@@ -183,7 +225,7 @@ class Control:
                     sorted((int(p), o) for p, o in (rebuild.get("offsets") or {}).items())
                 ),
                 topic=rebuild.get("topic", ""),
-                resets=tuple(value.get("resets") or ()),
+                resets=_raw_claims(value.get("resets")),
                 written_at=value.get("writtenAt", ""),
                 written_by=value.get("writtenBy", ""),
             )
@@ -193,15 +235,9 @@ class Control:
             control.generation,
             control.epoch,
             *(o for _, o in control.rebuild),
-            *control.resets,
         )
         if not all(type(n) is int and 0 <= n <= MAX_NUMBER for n in numbers):
             raise ValueError(f"control record with a bad number: {raw[:200]!r}")
-        claims = control.resets
-        if any(b <= a for a, b in zip((0, *claims), claims, strict=False)) or (
-            claims and claims[-1] > control.generation
-        ):
-            raise ValueError(f"control record with bad claims for resets: {raw[:200]!r}")
         return control
 
 
@@ -233,20 +269,15 @@ def step_problem(before: Control, after: Control, configured: int) -> str | None
         return f"{moves} backwards"
     if after.generation != following or after.epoch > before.epoch + 1:
         return f"{moves}: not one step (the next generation is {following})"
-    kept, claimed = after.resets[: len(before.resets)], after.resets[len(before.resets) :]
-    if kept != before.resets or claimed not in ((), (after.generation,)):
+    claimed = after.resets != before.resets
+    if claimed and after.resets != add_claim(before.resets, after.generation):
         return (
-            f"its claims for resets {_claims(after.resets)} are not"
-            f" {_claims(before.resets)} and at most its own generation"
+            f"its claims for resets {describe_claims(after.resets)} are not"
+            f" {describe_claims(before.resets)} and at most its own generation"
         )
     if claimed and after.epoch != before.epoch:
         return "a rebuild cannot claim its generation for resets"
     return None
-
-
-def _claims(resets: Sequence[int]) -> str:
-    shown = ", ".join(map(str, resets[-5:]))
-    return f"[{'..., ' if len(resets) > 5 else ''}{shown}]"
 
 
 def choose_control(
@@ -612,15 +643,12 @@ def local_generation(state_dir: Path) -> int:
         return 0
 
 
-def local_resets(state_dir: Path) -> tuple[int, ...]:
+def local_resets(state_dir: Path) -> Claimed:
     """The generations claimed for resets this state directory ran with; () when none."""
     try:
-        claims = orjson.loads((state_dir / RESETS_FILE).read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
+        return _read_claims(orjson.loads((state_dir / RESETS_FILE).read_bytes()))
+    except (FileNotFoundError, orjson.JSONDecodeError, TypeError, ValueError):
         return ()
-    if type(claims) is not list or not all(type(c) is int for c in claims):
-        return ()
-    return tuple(claims)
 
 
 def local_control(state_dir: Path) -> Control | None:
@@ -631,10 +659,10 @@ def local_control(state_dir: Path) -> Control | None:
     return Control(generation, max(0, local_epoch(state_dir)), resets=local_resets(state_dir))
 
 
-def _record(state_dir: Path, name: str, value: int | tuple[int, ...]) -> None:
+def _record(state_dir: Path, name: str, value: int | Claimed) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
     temporary = state_dir / f".{name}.tmp"
-    text = orjson.dumps(list(value)).decode() if isinstance(value, tuple) else str(value)
+    text = orjson.dumps(value).decode() if isinstance(value, tuple) else str(value)
     temporary.write_text(f"{text}\n")
     temporary.replace(state_dir / name)  # atomic: a crash leaves the old value
 

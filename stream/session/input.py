@@ -220,13 +220,26 @@ def _reset(
         return None, [_dead(message, limits, reason)]
     generation = int(raw)
     claimed = limits.reset_generations
-    if claimed is not None and generation not in claimed:
+    if claimed is not None and not claimed_for_resets(generation, claimed):
         reason = (
             f"{RESET_HEADER} names generation {generation}, never claimed for resets on the"
             f" control topic (claimed: {_claimed(claimed)}; `stream produce --reset` claims one)"
         )
         return None, [_dead(message, limits, reason)]
     return session_id, [Reset(generation)]
+
+
+def claimed_for_resets(generation: int, claims: Sequence[tuple[int, int]]) -> bool:
+    """Whether ``generation`` lies in one of the claimed ranges."""
+    return any(first <= generation <= last for first, last in claims)
+
+
+def _claimed(claims: Sequence[tuple[int, int]]) -> str:
+    """The claimed generations a reason names: the five highest ranges (it stays short)."""
+    if not claims:
+        return "none"
+    shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in claims[-5:])
+    return ("..., " if len(claims) > 5 else "") + shown
 
 
 def _dead(
@@ -278,11 +291,3 @@ def _reencode(element: Any) -> bytes | None:
         return dumps(element)
     except (RecursionError, ValueError, TypeError):
         return None
-
-
-def _claimed(generations: frozenset[int]) -> str:
-    """The claimed generations a reason names: the five highest (a reason stays short)."""
-    if not generations:
-        return "none"
-    highest = sorted(generations)[-5:]
-    return ("..., " if len(generations) > 5 else "") + ", ".join(map(str, highest))

@@ -28,8 +28,9 @@ class Limits:
     resets: bool = True  # take reset records from the input topic (STREAM_RESETS)
     # The generations a reset may name: those claimed for resets on the control topic
     # (``stream produce --reset`` claims one before it sends); any other is dead-lettered,
-    # the deployment's own generation included. None: any (the offline tools: no topic).
-    reset_generations: frozenset[int] | None = None
+    # the deployment's own generation included. Inclusive ranges, ascending; None: any
+    # (the offline tools: no topic).
+    reset_generations: tuple[tuple[int, int], ...] | None = None
     system_prompts: int = MAX_SYSTEM_PROMPTS  # retained per session (contextBreakdown)
     session_ttl: int = 0  # ms of stream time a session may idle before it expires; 0: never
 

@@ -393,7 +393,7 @@ class PureFold:
 def pure_fold_of_topic(
     deployment: Deployment,
     limits: Any = None,
-    claimed: Callable[[int, int], frozenset[int]] | None = None,
+    claimed: Callable[[int, int], tuple[tuple[int, int], ...]] | None = None,
 ) -> PureFold:
     """The model a hostile run is checked against, read back from the topic itself (so
     records written by ``stream produce --reset`` are in it too).

@@ -39,13 +39,13 @@ def test_nothing_is_claimed_for_resets_until_the_control_topic_says_so(tmp_path:
     topic = Topic(ControlRead(Control()))
     claims, _ = _claims(tmp_path, topic)
     # STREAM_GENERATION (1) is the deployment's base, not a claim.
-    assert claims.limits.reset_generations == frozenset()
+    assert claims.limits.reset_generations == ()
     asyncio.run(claims.admit([_reset(1)]))
-    assert topic.reads == 1 and claims.limits.reset_generations == frozenset()
+    assert topic.reads == 1 and claims.limits.reset_generations == ()
     # `stream produce --reset` claimed 2 before its first record: read again, taken.
-    topic.found = ControlRead(Control(2, 0, resets=(2,)))
+    topic.found = ControlRead(Control(2, 0, resets=((2, 2),)))
     asyncio.run(claims.admit([_reset(2)]))
-    assert claims.limits.reset_generations == frozenset({2})
+    assert claims.limits.reset_generations == ((2, 2),)
     asyncio.run(claims.admit([_reset(2), Message(b"s", b"{}", "events", 0, 1)]))
     assert topic.reads == 2  # claimed already: no read
 
