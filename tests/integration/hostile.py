@@ -21,6 +21,7 @@ from tests.integration.faults import (
     chunked,
     garbage,
     garbage_message,
+    garbage_part,
     interleave,
     segment,
     session_parts,
@@ -319,7 +320,8 @@ def hostile_traffic(
     segment elements interleaved under their keys (which must not disturb them). Hostile
     cases: sessions mutated by ``_mutate``; unreadable messages of every kind (not JSON,
     not UTF-8, NaN, no usable seq, headers and malformed chunk rows, empty segments);
-    messages past the size limits, segments past the element limit, oversized and
+    messages past the size limits, segments past the element limit and segments of
+    unreadable elements up to it (one dead letter each), oversized and
     non-UTF-8 keys, no key; ``depth``-deep arrays as whole messages and inside events.
     Deep nesting never shares a message with a part that needs the slow JSON path.
     """
@@ -404,7 +406,8 @@ def _regroup(
 def _limit_case(
     rng: random.Random, prefix: str, keys: list[bytes], limits: Limits, depth: int
 ) -> Outgoing:
-    """One message past a limit, or with a key the worker cannot use."""
+    """One message past a limit, with a key the worker cannot use, or a segment as long
+    as the limit allows whose elements are all but one unreadable."""
     kind = rng.choice(
         [
             "big",
@@ -416,6 +419,7 @@ def _limit_case(
             "empty-key",
             "deep-top",
             "too-deep",
+            "hollow",
         ]
     )
     turn = orjson.dumps({"type": "turn/start", "seq": 0, "time": 0, "data": {}})
@@ -453,6 +457,12 @@ def _limit_case(
         return single(None, Part(turn), limits, "no-key")
     if kind == "empty-key":
         return single(b"", Part(turn), limits, "empty-key")
+    if kind == "hollow":
+        # As many elements as a segment may hold, all but one unreadable: one dead letter
+        # counts them (docs/notes/028), the readable one folds.
+        parts = [garbage_part(rng) for _ in range(limits.segment_events - 1)]
+        parts.insert(rng.randrange(len(parts) + 1), Part(turn))
+        return segment(throwaway, parts, limits, "hollow")
     if kind == "deep-top":
         # A ``depth``-deep array is a segment whose element is no event: one dead element.
         return segment(throwaway, [Part(deep_array(depth - 1), 0)], limits, "deep-top")
