@@ -50,14 +50,14 @@ class Claims:
         wanted = {reset_generation(m.headers) for m in messages if m.headers} - {0}
         if all(claimed_for_resets(generation, claimed) for generation in wanted):
             return
-        await self._read("control topic not read for a reset: %s", logging.ERROR)
+        await self._reread("control topic not read for a reset: %s", logging.ERROR)
 
     async def watch(self) -> None:
         """Re-read the control topic: new claims are taken, a record refused later is said
         loudly too."""
-        await self._read("control topic not read: %s", logging.DEBUG)
+        await self._reread("control topic not read: %s", logging.DEBUG)
 
-    async def _read(self, failed: str, level: int) -> None:
+    async def _reread(self, failed: str, level: int) -> None:
         try:
             found = await asyncio.to_thread(self.read, self.settings, 10.0)
         except control.ControlTopicError as error:  # recreated as it must not be, meanwhile
