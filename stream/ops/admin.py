@@ -37,7 +37,7 @@ def ensure_topics(settings: Settings, timeout: float = 20.0) -> int:
 
 
 # What a fresh cluster answers while it creates its group-offsets topic: worth waiting for.
-_COORDINATOR_STARTING = frozenset(
+COORDINATOR_STARTING = frozenset(
     {
         KafkaError.COORDINATOR_NOT_AVAILABLE,
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
@@ -74,7 +74,7 @@ def await_group_coordinator(settings: Settings, timeout: float = 30.0) -> None:
                     f"the consumer group {group} (STREAM_APP_ID) is not authorized for this"
                     " principal: it needs READ on the group"
                 ) from None
-            if code not in _COORDINATOR_STARTING:
+            if code not in COORDINATOR_STARTING:
                 return  # not the fresh-cluster case: the consumer reports whatever it is
         time.sleep(0.25)
 

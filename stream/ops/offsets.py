@@ -11,6 +11,7 @@ can be tested without a broker:
 Offsets count records: with ``stream produce --segment N`` one record holds up to N events.
 """
 
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,11 +21,13 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
+    KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined,unused-ignore]
 
 from stream.config import Settings
+from stream.ops.admin import COORDINATOR_STARTING
 
 
 class PlanError(ValueError):
@@ -294,8 +297,20 @@ def snapshot(
 def describe_group(
     admin: AdminClient, group: str, topic: str | None = None, timeout: float = 20.0
 ) -> GroupState:
-    """The group's state and live members (with their ``topic`` partitions)."""
-    found = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result()
+    """The group's state and live members (with their ``topic`` partitions).
+
+    A fresh cluster answers "coordinator not available / loading" until it has created its
+    group-offsets topic: asked again until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(deadline - time.monotonic(), 0.5)
+        try:
+            found = admin.describe_consumer_groups([group], request_timeout=left)[group].result()
+            break
+        except KafkaException as error:
+            if error.args[0].code() not in COORDINATOR_STARTING or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.25)
     members = tuple(
         Member(
             m.member_id,
