@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from stream.config import Settings
+from stream.ops.admin import ensure_topics
 from tests.integration.faults import (
     Ledger,
     assigned,
@@ -72,6 +74,9 @@ class Watch(threading.Thread):
 def group(deployment: Deployment) -> Iterator[tuple[Deployment, Ledger, Watch, Ticker]]:
     deployment.extra_env.update(STREAM_STANDBY_REPLICAS="1", STREAM_SESSION_TIMEOUT="20")
     deployment.partitions = PARTITIONS
+    # The topics first: a metadata request for a missing topic would have the test broker
+    # auto-create it with one partition.
+    ensure_topics(Settings.from_env(deployment.env()))
     ledger = Ledger(input_topic(deployment))
     a = deployment.start_worker("a")
     b = deployment.start_worker("b")
