@@ -2,7 +2,7 @@
 
 import time
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
 
 from stream.config import Settings
@@ -36,18 +36,6 @@ def ensure_topics(settings: Settings, timeout: float = 20.0) -> int:
     return partition_count(client, settings.input_topic, timeout)
 
 
-# What a fresh cluster answers while it creates its group-offsets topic: worth waiting for.
-COORDINATOR_STARTING = frozenset(
-    {
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-    }
-)
-
-
 def await_group_coordinator(settings: Settings, timeout: float = 30.0) -> None:
     """Return once the worker's group (``STREAM_APP_ID``) has a coordinator that answers.
 
@@ -55,28 +43,26 @@ def await_group_coordinator(settings: Settings, timeout: float = 30.0) -> None:
     "not available" meanwhile; Faust's client would log that as an ERROR on a clean first
     start. Past ``timeout`` Faust's own retries take over. Raises ``RuntimeError`` when the
     principal may not use the group (it needs READ on it).
+
+    Asked as an offset fetch by a consumer that never joins, not with the admin client's
+    describe_consumer_groups: that one can abort the process on an assertion inside
+    librdkafka (confluentinc/librdkafka#4605), seen here against a three-node cluster.
     """
-    client = admin(settings)
-    group = settings.app_id
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        try:
-            future = client.describe_consumer_groups([group], request_timeout=min(left, 5.0))
-            future[group].result()
-            return
-        except KafkaException as error:
-            code = error.args[0].code()
-            if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                raise RuntimeError(
-                    f"the consumer group {group} (STREAM_APP_ID) is not authorized for this"
-                    " principal: it needs READ on the group"
-                ) from None
-            if code not in COORDINATOR_STARTING:
-                return  # not the fresh-cluster case: the consumer reports whatever it is
-        time.sleep(0.25)
+    consumer = Consumer(
+        settings.librdkafka()
+        | {"group.id": settings.app_id, "enable.auto.commit": False, "log_level": 0}
+    )
+    try:
+        consumer.committed([TopicPartition(settings.input_topic, 0)], timeout=timeout)
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            raise RuntimeError(
+                f"the consumer group {settings.app_id} (STREAM_APP_ID) is not authorized for"
+                " this principal: it needs READ on the group"
+            ) from None
+        # Anything else (a timeout): Faust's consumer meets it and says what it is.
+    finally:
+        consumer.close()
 
 
 def create_topic(client: AdminClient, topic: NewTopic, timeout: float = 20.0) -> int:

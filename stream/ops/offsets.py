@@ -27,7 +27,17 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined,unused-ignore]
 
 from stream.config import Settings
-from stream.ops.admin import COORDINATOR_STARTING
+
+# What a fresh cluster answers while it creates its group-offsets topic: worth asking again.
+COORDINATOR_STARTING = frozenset(
+    {
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
 
 
 class PlanError(ValueError):
