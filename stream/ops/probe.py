@@ -169,7 +169,7 @@ def probe_kafka(
     """``None`` once a broker answered metadata as these settings' principal (and may
     describe ``topics``: a missing topic is fine, an unauthorized one is not), else the
     cause, within ``wait`` seconds."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
     from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined,unused-ignore]
 
     reports: list[Report] = []
@@ -192,13 +192,22 @@ def probe_kafka(
                 return kafka_cause(
                     reports, settings.bootstrap_servers, settings.kafka.protocol, wait
                 )
-    for topic in topics:
+    # DescribeTopics, not a metadata request naming the topic: on a broker that creates
+    # topics on demand, that request would create a missing input topic with the broker's
+    # default partition count before the worker creates it with STREAM_PARTITIONS.
+    wanted = list(topics)
+    if not wanted:
+        return None
+    left = max(1.0, wait - (time.monotonic() - began))
+    described = client.describe_topics(TopicCollection(wanted), request_timeout=left)
+    for topic, future in described.items():
         try:
-            found = client.list_topics(topic, timeout=max(1.0, wait - (time.monotonic() - began)))
+            future.result()
         except KafkaException as error:
-            return Cause("Kafka", settings.bootstrap_servers, "KAFKA_*", str(error))
-        problem = found.topics[topic].error if topic in found.topics else None
-        if problem is not None and problem.name() == "TOPIC_AUTHORIZATION_FAILED":
+            if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue  # missing: the caller creates it or says so
+            if error.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                return Cause("Kafka", settings.bootstrap_servers, "KAFKA_*", str(error))
             return Cause(
                 "Kafka",
                 settings.bootstrap_servers,
