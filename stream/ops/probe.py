@@ -328,13 +328,21 @@ def group_has_run(settings: Settings, timeout: float = 5.0) -> bool:
     from stream.ops.offsets import PlanError, committed_offsets, partitions_of
 
     client = admin(settings)
-    try:
-        partitions = partitions_of(client, settings.input_topic, timeout)
-        found = committed_offsets(
-            client, settings.app_id, settings.input_topic, partitions, timeout
-        )
-    except (KafkaException, PlanError, RuntimeError):
-        return False
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            partitions = partitions_of(client, settings.input_topic, timeout)
+            found = committed_offsets(
+                client, settings.app_id, settings.input_topic, partitions, timeout
+            )
+            break
+        except KafkaException as error:
+            # A coordinator still loading (a fresh or restarted broker) answers in a moment.
+            if not error.args[0].retriable() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.3)
+        except (PlanError, RuntimeError):
+            return False
     return any(offset is not None and offset >= 0 for offset in found.values())
 
 

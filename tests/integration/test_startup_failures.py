@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from stream.config import Settings
+from stream.ops.probe import group_has_run
 from tests.integration.broker import Broker
-from tests.integration.harness import REPO, free_ports
+from tests.integration.harness import REPO, free_ports, wait_until
 from tests.integration.pki import Pki, make_pki
 
 pytestmark = pytest.mark.integration
@@ -320,3 +322,60 @@ def test_topics_create_as_an_admin_then_check(servers: Servers, tmp_path: Path) 
     assert "cleanup.policy=compact, delete.retention.ms=604800000" in checked.out
     unseen = _run("topics", env=env | _sasl(servers), tmp=tmp_path)
     assert unseen.code == 1 and "Traceback" not in unseen.err
+
+
+def test_a_silent_redis_is_an_outage_for_a_group_that_has_run(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """Redis is a cache: a worker restarted while Redis is down must still take its
+    partitions. Its group has committed offsets, so a refused REDIS_URL is said once and
+    ridden out (a first start exits, test_a_wrong_redis_url)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined,unused-ignore]
+
+    app = f"ran-{secrets.token_hex(3)}"
+    admin = AdminClient({"bootstrap.servers": servers.plaintext, "log_level": 0})
+    admin.create_topics([NewTopic(f"{app}.events", 1, 1)])[f"{app}.events"].result()
+    committed = ConsumerGroupTopicPartitions(app, [TopicPartition(f"{app}.events", 0, 0)])
+    deadline = time.monotonic() + 60
+    while True:  # a fresh broker makes __consumer_offsets on the first group request
+        try:
+            done = admin.alter_consumer_group_offsets([committed], request_timeout=10)[app]
+            if not any(tp.error for tp in done.result().topic_partitions or []):
+                break  # an error per partition (the topic not known yet) is not raised
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+        assert time.monotonic() < deadline, "the group's offset was never committed"
+        time.sleep(0.5)
+    (port,) = free_ports(1)
+    env = os.environ | {
+        "KAFKA_BOOTSTRAP_SERVERS": servers.plaintext,
+        "REDIS_URL": f"redis://127.0.0.1:{port}/0",
+        "STREAM_APP_ID": app,
+        "STREAM_INPUT_TOPIC": f"{app}.events",
+        "STREAM_STATE_DIR": str(tmp_path / "state"),
+        "STREAM_METRICS_PORT": "0",
+    }
+    # On this fresh broker the committed offset can take a moment to be read back.
+    settings = Settings.from_env(env)
+    wait_until(lambda: group_has_run(settings), 30, f"group {app} to show its commit")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "stream", "worker"], env=env, cwd=REPO, stdout=out, stderr=out
+        )
+    try:
+        said = "is taken for an outage: consuming on"
+        deadline = time.monotonic() + FAST
+        while said not in log.read_text(errors="replace") and time.monotonic() < deadline:
+            assert worker.poll() is None, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.2)
+        text = log.read_text(errors="replace")
+        assert f"cannot reach Redis at redis://127.0.0.1:{port}/0 (REDIS_URL)" in text, text
+        assert said in text and f"group {app} has run before" in text
+        time.sleep(3)  # past the probes: Faust is starting, not exiting
+        assert worker.poll() is None, log.read_text(errors="replace")[-2000:]
+    finally:
+        worker.terminate()
+        worker.wait(60)
