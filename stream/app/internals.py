@@ -86,6 +86,7 @@ RELIED_ON: Final[dict[str, str]] = {
     "_consumer": "faust aiokafka ConsumerThread: read, its started aiokafka consumer (fetch)",
     "_coordinator": "aiokafka AIOKafkaConsumer: read, its group coordinator (membership)",
     "_group_instance_id": "aiokafka GroupCoordinator: read, the static member id (membership)",
+    "_closing": "aiokafka GroupCoordinator: read, set once close() began (membership)",
     "_maybe_leave_group": "aiokafka GroupCoordinator: replaced, a static member's leave"
     " (membership)",
     "_send_req": "aiokafka GroupCoordinator: called, a request to the coordinator (membership)",

@@ -119,7 +119,10 @@ def leave_on_close(consumer: Any, leaving: Callable[[], bool]) -> None:
     dynamic_leave = coordinator._maybe_leave_group
 
     async def maybe_leave_group(self: Any) -> None:
-        if not leaving() or self.generation <= 0:
+        # Only as the consumer closes: aiokafka also calls this from its heartbeat when the
+        # fetcher sat idle past max.poll.interval (a worker held up by a Redis outage),
+        # and there a static member must keep its place, not leave.
+        if not self._closing.done() or not leaving() or self.generation <= 0:
             await dynamic_leave()  # aiokafka's: nothing sent for a static member
             return
         request = LeaveGroup(self.group_id, [(self.member_id, instance_id)])

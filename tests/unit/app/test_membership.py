@@ -60,8 +60,9 @@ def test_the_answer_per_member(
 class FakeCoordinator:
     """The parts of aiokafka's GroupCoordinator a static member's leave touches."""
 
-    def __init__(self, instance_id: str | None, generation: int = 3) -> None:
+    def __init__(self, instance_id: str | None, generation: int = 3, closing: bool = True) -> None:
         self._group_instance_id = instance_id
+        self._closing = SimpleNamespace(done=lambda: closing)  # set once close() began
         self.group_id = "ctx"
         self.member_id = "w-1-abc"
         self.generation = generation
@@ -102,6 +103,14 @@ def test_a_member_that_never_joined_sends_nothing() -> None:
     coordinator = FakeCoordinator("w-1", generation=-1)
     _closing(coordinator, leaving=True)
     assert coordinator.sent == []
+
+
+def test_a_static_member_idle_past_max_poll_interval_keeps_its_place() -> None:
+    """aiokafka's heartbeat calls the same leave when the fetcher sat idle too long (a
+    worker held up by a Redis outage): a static member must not leave then."""
+    coordinator = FakeCoordinator("w-1", closing=False)
+    _closing(coordinator, leaving=True)
+    assert coordinator.sent == [] and coordinator.dynamic_leaves == 1
 
 
 def test_a_dynamic_member_keeps_aiokafka_s_own_leave() -> None:
