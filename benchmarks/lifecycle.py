@@ -18,8 +18,9 @@ end, expiry and the log cleaner are given a moment, and one table row is printed
   all labels, summed over the run's worker processes;
 - RocksDB: the worker's state directory, of which WAL: its write-ahead logs (writes not
   yet flushed to tables); changelog and output: the topic's segment files on the broker's
-  disk (512 KiB segments and an eager cleaner on both topics: every segment but each
-  partition's active one is compacted, tombstones go a second after a pass);
+  disk (1 MiB segments, the least Kafka 4 takes, and an eager cleaner on both topics:
+  every segment but each partition's active one is compacted, tombstones go a second
+  after a pass);
 - Redis: ``used_memory`` above what it was when the run began; tallies: the entries of
   ``{prefix}tallies`` (one per session Redis knows);
 - RSS: the worker's resident memory: a process that restored at the start of the month
@@ -92,8 +93,9 @@ class Plan:
     # without (a year of sessions restored every month would outlast the run).
     restore: str = "auto"
     # The broker refuses a record batch larger than a segment: at least the worker's
-    # producer batch (256 KiB). Every partition's active segment stays uncompacted.
-    segment_bytes: int = 512 << 10
+    # producer batch (256 KiB), and Kafka 4 refuses segments under 1 MiB. Every
+    # partition's active segment stays uncompacted.
+    segment_bytes: int = 1 << 20
     seed: int = 11
 
     def restores(self, ttl: str) -> set[int]:
