@@ -29,14 +29,9 @@ from stream.ops.admin import admin as admin_client
 from stream.ops.control import (
     Control,
     ControlError,
-    RebuildPlan,
-    changelog_state,
     changelog_topic,
     control_topic,
-    plan_generation,
-    plan_rebuild,
     read_control,
-    truncate_changelog,
     write_control,
 )
 from stream.ops.offsets import (
@@ -56,6 +51,13 @@ from stream.ops.offsets import (
     offsets_for_time,
     plan_reset,
     snapshot,
+)
+from stream.ops.rebuild import (
+    RebuildPlan,
+    changelog_state,
+    plan_generation,
+    plan_rebuild,
+    truncate_changelog,
 )
 
 

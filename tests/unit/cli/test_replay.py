@@ -9,7 +9,7 @@ import pytest
 from stream.cli import main
 from stream.cli import replay as cli
 from stream.config import Settings
-from stream.ops.control import ChangelogPartition, Control, RebuildPlan
+from stream.ops.control import Control
 from stream.ops.offsets import (
     Earliest,
     GroupBusy,
@@ -20,6 +20,7 @@ from stream.ops.offsets import (
     Target,
     plan_reset,
 )
+from stream.ops.rebuild import ChangelogPartition, RebuildPlan
 
 WORKER = Member("m-1", "faust-0.15.3", "/10.0.0.7", (0, 1))
 

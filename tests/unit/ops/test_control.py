@@ -13,7 +13,6 @@ from stream.ops.control import (
     CONTROL_KEY,
     EPOCH_FILE,
     TABLE,
-    ChangelogPartition,
     Control,
     ControlError,
     ControlRead,
@@ -25,12 +24,11 @@ from stream.ops.control import (
     local_control,
     local_epoch,
     local_table_paths,
-    plan_generation,
-    plan_rebuild,
     prepare_state,
     step_problem,
 )
 from stream.ops.offsets import Earliest, PartitionOffsets, plan_reset
+from stream.ops.rebuild import ChangelogPartition, plan_generation, plan_rebuild
 
 
 def test_the_table_takes_its_name_from_the_control_module() -> None:
