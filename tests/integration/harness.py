@@ -10,7 +10,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +21,7 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.generators.sessions import generate_session, write_session_jsonl
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_LOG = REPO / "examples" / "example-system-prompts.jsonl"  # system prompts, metered
@@ -60,15 +61,6 @@ def http_get(url: str, timeout: float) -> tuple[int, bytes]:
         return int(error.code), bytes(error.read())
     except OSError:
         return 0, b""
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @dataclass
