@@ -5,6 +5,9 @@ one (a slow suite); a test waits for the condition it needs, with a timeout that
 failure reaches. ``wait_until`` polls from a thread's code (integration tests against real
 processes); ``until`` from a coroutine, yielding to the loop between checks, so the
 subject running on the same loop makes progress.
+
+A subject whose behaviour depends on time (a cooldown, a rate limit, a token's end) takes
+a clock; a test hands it a ``FakeClock`` and moves it, so no real time has to pass.
 """
 
 import asyncio
@@ -49,4 +52,21 @@ async def until(
         await asyncio.sleep(every)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "until", "wait_until"]
+class FakeClock:
+    """A clock the test moves: ``clock()`` reads it, ``advance`` (or ``sleep``, for a
+    subject that sleeps on its clock) moves it at once."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+__all__ = ["DEFAULT_TIMEOUT", "FakeClock", "until", "wait_until"]
