@@ -1,7 +1,10 @@
-"""Process-wide runtime settings shared by the worker and the offline commands."""
+"""Process-wide runtime settings shared by the worker and the offline commands: the
+garbage collector, the switch interval, uvloop, and the JSON log format (``json_logging``,
+for the worker and the loader alike)."""
 
 import gc
 import sys
+from typing import Any
 
 YOUNG = 50_000  # allocations between passes over the youngest generation (offline)
 
@@ -58,3 +61,27 @@ def use_uvloop() -> bool:
     if not isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy):
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
+
+
+def json_logging(level: str) -> dict[str, Any]:
+    """One JSON object per log line (``STREAM_LOG_FORMAT=json``), for log pipelines: the
+    ``logging.config.dictConfig`` of every process that logs that way."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "json": {
+                "()": "pythonjsonlogger.json.JsonFormatter",
+                "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+                "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            }
+        },
+        "handlers": {
+            "default": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level, "handlers": ["default"]},
+    }

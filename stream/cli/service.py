@@ -8,6 +8,7 @@ from typing import Any
 from stream.cli.reach import KAFKA_ENV, environment, no_kafka
 from stream.cli.settings import epilog
 from stream.config import Settings
+from stream.runtime import json_logging
 from stream.session.input import MAX_GENERATION
 
 EXIT_REDIS_REFUSED = 3  # as the worker's EXIT_STOPPED: Redis said no, a restart will not help
@@ -93,29 +94,6 @@ def run_worker(args: argparse.Namespace) -> int:
         said = authorization(str(error), settings) or str(error)
         print(f"stream worker: cannot start: {said}", file=sys.stderr)
         return run.EXIT_SETUP
-
-
-def json_logging(level: str) -> dict[str, Any]:
-    """One JSON object per log line (``STREAM_LOG_FORMAT=json``), for log pipelines."""
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {
-            "json": {
-                "()": "pythonjsonlogger.json.JsonFormatter",
-                "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
-                "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-            }
-        },
-        "handlers": {
-            "default": {
-                "class": "logging.StreamHandler",
-                "formatter": "json",
-                "stream": "ext://sys.stderr",
-            }
-        },
-        "root": {"level": level, "handlers": ["default"]},
-    }
 
 
 def run_produce(args: argparse.Namespace) -> int:

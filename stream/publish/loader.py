@@ -39,6 +39,7 @@ from stream.publish.redis_sink import (
     load_library,
     outage_kind,
 )
+from stream.runtime import json_logging
 
 log = logging.getLogger("stream.loader")
 
@@ -143,8 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loader: {error}", file=sys.stderr)
         return 2
     if settings.log_format == "json":
-        from stream.cli.service import json_logging  # the worker's, imported only when used
-
         logging.config.dictConfig(json_logging("INFO"))
     else:
         logging.basicConfig(

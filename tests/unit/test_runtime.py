@@ -25,3 +25,14 @@ def test_the_worker_hands_the_interpreter_over_within_its_switch_interval() -> N
         assert sys.getswitchinterval() == Settings().switch_interval
     finally:
         sys.setswitchinterval(before)
+
+
+def test_json_logging_names_an_importable_formatter_at_the_level_asked() -> None:
+    import importlib
+
+    from stream.runtime import json_logging
+
+    config = json_logging("WARNING")
+    assert config["root"] == {"level": "WARNING", "handlers": ["default"]}
+    module, _, name = config["formatters"]["json"]["()"].rpartition(".")
+    assert hasattr(importlib.import_module(module), name)
