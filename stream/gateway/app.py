@@ -187,12 +187,13 @@ class _RefusalLog:
     """Logs refused tokens (the reason and where from, never the token) at most once a
     second, so a client hammering with bad tokens cannot flood the log."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.last = 0.0
         self.suppressed = 0
+        self.clock = clock
 
     def note(self, request: web.Request, reason: str) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if now - self.last < 1.0:
             self.suppressed += 1
             return
@@ -399,8 +400,11 @@ async def _stream(
             subscription.on_drop = transport.abort
         write = _Writer(request, response, options.stream_idle_seconds)
         loop = asyncio.get_running_loop()
-        # The token's end (exp + leeway) as a loop time: the stream ends there.
-        deadline = None if grant.expires is None else loop.time() + grant.expires - time.time()
+        # The token's end (exp + leeway) as a loop time: the stream ends there. Now is the
+        # verifier's clock, the one the grant was checked on (a test's fake one).
+        verifier = request.app[VERIFIER]
+        now = time.time() if verifier is None else verifier.clock()
+        deadline = None if grant.expires is None else loop.time() + grant.expires - now
         try:
             await write(sse.retry(options.retry_ms))
             last: sse.Version | None = None

@@ -7,8 +7,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import jwt
 import orjson
 import pytest
 from aiohttp import ClientPayloadError, ClientResponse
@@ -21,6 +23,7 @@ from stream.gateway.auth import FileKeys, Verifier
 from stream.gateway.hub import Hub
 from tests.unit.gateway.fakes import FakeStore, hub, stored, update
 from tests.unit.gateway.tokens import Signer, jwks
+from tests.waiting import FakeClock, until
 
 Scenario = Callable[[TestClient[Any, Any], FakeStore, Hub], Awaitable[None]]
 
@@ -94,12 +97,6 @@ class Stream:
         raise AssertionError(f"unexpected event {self.events[-1]}")
 
 
-async def _until(check: Callable[[], bool], timeout: float = 5) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.01)
-
-
 def test_get_returns_the_stored_json_byte_for_byte_or_404() -> None:
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         payload = update("s1", 5, faults={"contextBreakdown": {"seq": 4, "error": "x"}})
@@ -132,13 +129,13 @@ def test_stream_sends_the_latest_at_once_then_every_update_in_order() -> None:
         assert response.headers["Content-Type"] == "text/event-stream"
         stream = Stream(response)
         assert await stream.read(1) == [("0-3-3-0", update("s", 3))]
-        await _until(lambda: fan.client_count == 1)
+        await until(lambda: fan.client_count == 1)
         for seq in (3, 4, 4, 2, 5, 6):  # repeats and older versions are skipped
             fan.dispatch("s", stored("s", seq))
         assert seqs(await stream.read(4)) == [3, 4, 5, 6]
         await stream.quiet(0.2)
         response.close()
-        await _until(lambda: fan.client_count == 0)
+        await until(lambda: fan.client_count == 0)
 
     run(scenario)
 
@@ -150,7 +147,7 @@ def test_last_event_id_resumes_without_repeats() -> None:
         resumed = Stream(
             await client.get("/sessions/s/context/stream", headers={"Last-Event-ID": "0-7-7-0"})
         )
-        await _until(lambda: fan.client_count == 1)
+        await until(lambda: fan.client_count == 1)
         await resumed.quiet(0.2)
         fan.dispatch("s", stored("s", 7))
         store.put("s", update("s", 8))
@@ -163,7 +160,7 @@ def test_last_event_id_resumes_without_repeats() -> None:
         plain = Stream(
             await client.get("/sessions/s/context/stream", headers={"Last-Event-ID": "8"})
         )
-        await _until(lambda: fan.client_count == 3)
+        await until(lambda: fan.client_count == 3)
         await plain.quiet(0.2)
 
     run(scenario)
@@ -172,7 +169,7 @@ def test_last_event_id_resumes_without_repeats() -> None:
 def test_an_unknown_session_streams_once_it_appears_and_heartbeats_meanwhile() -> None:
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         stream = Stream(await client.get("/sessions/new/context/stream"))
-        await _until(lambda: fan.client_count == 1)
+        await until(lambda: fan.client_count == 1)
         await stream.quiet(0.3)
         assert b": heartbeat" in stream.comments
         fan.dispatch("new", stored("new", 0))
@@ -184,7 +181,7 @@ def test_an_unknown_session_streams_once_it_appears_and_heartbeats_meanwhile() -
 def test_a_dropped_client_sees_its_stream_end() -> None:
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         response = await client.get("/sessions/s/context/stream")
-        await _until(lambda: fan.client_count == 1)
+        await until(lambda: fan.client_count == 1)
         (subscription,) = fan.clients["s"]
         fan._drop(subscription)
         # The connection is aborted (a write might be stuck on this client): the stream
@@ -371,7 +368,7 @@ def test_a_rebuilt_generation_is_newer_although_its_seq_is_lower() -> None:
         store.put_stored("s", stored("s", 3044, gen=1))
         live = Stream(await client.get("/sessions/s/context/stream"))
         assert [i for i, _ in await live.read(1)] == ["1-3044-3044-0"]
-        await _until(lambda: fan.client_count == 1)
+        await until(lambda: fan.client_count == 1)
         store.put_stored("s", stored("s", 5, gen=2))
         fan.dispatch("s", stored("s", 5, gen=2))  # the rebuilt view: taken at once
         fan.dispatch("s", stored("s", 3050, gen=1))  # a late write of the old generation
@@ -399,7 +396,7 @@ def test_an_expired_session_ends_its_streams_for_good() -> None:
         store.put("gone", update("gone", 2))
         stream = Stream(await client.get("/sessions/gone/context/stream"))
         await stream.read(1)
-        await _until(lambda: fan.client_count == 1)
+        await until(lambda: fan.client_count == 1)
         store.delete("gone")
         message = orjson.dumps({"sessionId": "gone", "expired": True})
         await fan.handle([("gone", message)])
@@ -499,18 +496,32 @@ def test_a_token_reads_only_the_sessions_it_grants(verifier: Verifier, signer: S
     run(scenario, verifier=verifier)
 
 
-def test_a_stream_ends_when_its_token_does(verifier: Verifier, signer: Signer) -> None:
+def test_a_stream_ends_when_its_token_does(tmp_path: Path, signer: Signer) -> None:
+    """On the verifier's clock, which the test sets: a token with a second left, and one
+    that has ended by the time its stream starts."""
+    path = tmp_path / "jwks.json"
+    path.write_bytes(jwks(signer))
+    clock = FakeClock()
+    verifier = Verifier(Options(auth="jwt", jwt_leeway=0), FileKeys(str(path)), clock=clock)
+    ended = [("reauthenticate", b'{"reason":"the token expired"}')]
+
+    async def opened(client: TestClient[Any, Any], seconds_left: float) -> Stream:
+        token = signer.token(["*"], expires_in=600)  # PyJWT checks exp on the real clock
+        clock.now = jwt.decode(token, options={"verify_signature": False})["exp"] - seconds_left
+        return Stream(await client.get("/sessions/s/context/stream", headers=_bearer(token)))
+
     async def scenario(client: TestClient[Any, Any], store: FakeStore, fan: Hub) -> None:
         store.put("s", update("s", 1))
-        started = time.monotonic()
-        short = signer.token(["*"], expires_in=2)  # whole seconds: ends within 1-2 s
-        stream = Stream(await client.get("/sessions/s/context/stream", headers=_bearer(short)))
-        await stream.to_end(timeout=5)
-        assert stream.named == [("reauthenticate", b'{"reason":"the token expired"}')]
-        assert 0.5 < time.monotonic() - started < 3.5
+        stream = await opened(client, seconds_left=1.0)
+        await stream.to_end(timeout=5)  # a failure bound: a stream that outlives it fails
+        assert stream.named == ended
         assert seqs(stream.events) == [1] and len(stream.comments) >= 1  # heartbeats meanwhile
+        stream = await opened(client, seconds_left=-1.0)
+        await stream.to_end(timeout=5)
+        assert stream.named == ended
+        assert seqs(stream.events) == [1] and stream.comments == []  # ended at once
 
-    run(scenario, verifier=verifier, heartbeat=0.3)
+    run(scenario, verifier=verifier, heartbeat=0.1)
 
 
 def test_streams_are_limited_per_subject_and_per_address(
@@ -528,7 +539,7 @@ def test_streams_are_limited_per_subject_and_per_address(
         carol = await client.get(path, headers=_bearer(signer.token(["*"], sub="carol")))
         assert carol.status == 429 and "per client address" in (await carol.json())["error"]
         first[0].close()
-        await _until(lambda: fan.client_count == 2)
+        await until(lambda: fan.client_count == 2)
         again = await client.get(path, headers=alice)
         assert again.status == 200  # a closed stream frees its place
 
@@ -538,7 +549,7 @@ def test_streams_are_limited_per_subject_and_per_address(
 def test_a_stream_whose_client_reads_nothing_is_closed() -> None:
     class Stuck:
         async def write(self, data: bytes) -> None:
-            await asyncio.sleep(3600)  # the socket's buffers are full: a write never ends
+            await asyncio.Event().wait()  # the socket's buffers are full: a write never ends
 
     class Transport:
         aborted = False
@@ -678,7 +689,8 @@ def test_malformed_tokens_are_401_and_one_log_line_never_a_500(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gateway_app, "_refusals", gateway_app._RefusalLog())  # a fresh second
+    # A fresh log on a clock that does not move: the run lasts less than its second.
+    monkeypatch.setattr(gateway_app, "_refusals", gateway_app._RefusalLog(clock=FakeClock()))
     now = int(time.time())
     good = {"sub": "mallory", "iat": now, "exp": now + 60, "sessions": ["*"]}
     header = {"alg": signer.alg, "kid": signer.kid}
@@ -711,4 +723,24 @@ def test_malformed_tokens_are_401_and_one_log_line_never_a_500(
         run(scenario, verifier=verifier)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     refusals = [r for r in caplog.records if "token refused" in r.getMessage()]
-    assert 1 <= len(refusals) <= 2  # at most one line a second (the run is shorter than 2 s)
+    assert len(refusals) == 1  # at most one line a second
+
+
+def test_refused_tokens_are_one_log_line_a_second_counting_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    refusals = gateway_app._RefusalLog(clock=clock)
+    request: Any = SimpleNamespace(remote="10.0.0.7", path="/sessions")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(5):
+            refusals.note(request, "bad signature")
+        clock.advance(0.99)
+        refusals.note(request, "bad signature")
+        assert len(caplog.records) == 1
+        clock.advance(0.01)  # a second after the line
+        refusals.note(request, "token expired")
+    assert [r.getMessage() for r in caplog.records] == [
+        "gateway: token refused from 10.0.0.7 on /sessions: bad signature",
+        "gateway: token refused from 10.0.0.7 on /sessions: token expired (5 more refused since)",
+    ]
