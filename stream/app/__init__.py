@@ -1,7 +1,9 @@
 """The worker's edge: the only package that imports faust or rocksdict.
 
 - ``run``: ``run``, the one start-up sequence, from settings to the exit status;
-- ``worker``: ``assemble`` builds a worker's parts in order, ``Worker`` wires them to Faust;
+- ``worker``: ``assemble`` builds a worker's parts in order and wires them to Faust
+  (``Worker.wire``); the one way a worker is built;
+- ``entry``: ``faust -A stream.app.entry``, Faust's command line built through ``run``;
 - ``commit``: ``Committer.commit``, the order that makes a batch's commit safe;
 - ``fetch``, ``bulkqueue``, ``batching``: Faust's consumer path in bulk (records to the
   agent, batches, acks); ``inflate``: compressed input within bounds;
@@ -11,18 +13,6 @@
 - ``backoff``: aiokafka's clients and log lines while the broker is away;
 - ``internals``: every private name of Faust, mode and aiokafka the edge relies on.
 
-``faust -A stream.app worker`` finds ``app`` here, started as ``stream worker`` starts it.
+Importing any of these builds nothing: a worker is built by calling ``run``, ``prepare``
+or ``assemble`` (``entry`` alone builds on import, being Faust's ``-A`` target).
 """
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    # Built on first access, not at import, so `import stream.app.*` stays side-effect free.
-    if name == "app":
-        from stream.app.run import prepare
-        from stream.config import Settings
-
-        globals()["app"] = built = prepare(Settings.from_env()).app
-        return built
-    raise AttributeError(name)

@@ -4,14 +4,17 @@ was last active, and the sweeps that expire those idle past ``STREAM_SESSION_TTL
 The rule is the core's (``session.partition.past_ttl``); a sweep's outcome is the core's
 too (``session.expiry.sweep``). Here: which sessions to look at and when, a step at a
 time between batches (under the commit path's lock), and what the publisher does with
-the result (tombstones, Redis drops).
+the result (tombstones, Redis drops). The committer a sweep steps between batches with is
+handed to ``run``, not to the constructor: the commit path is built after expiry (its
+``committed`` files each batch here), so the worker's parts are built in one order, with
+no part waiting for one that does not exist yet (``stream.app.worker.assemble``).
 """
 
 import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from stream.session import codec
 from stream.session.batch import BatchResult
@@ -27,6 +30,14 @@ log = logging.getLogger("stream.worker")
 SWEEP_STEP = 256
 
 
+class Between(Protocol):
+    """What a sweep steps between batches with (``stream.app.commit.Committer``)."""
+
+    @property
+    def lock(self) -> asyncio.Lock: ...
+    async def landed(self) -> None: ...
+
+
 class Expiry:
     """The expiry index of the partitions this worker holds, and its sweeps."""
 
@@ -34,14 +45,12 @@ class Expiry:
         self,
         limits: Limits,
         table: Any,  # stream.app.table.SessionTable (load)
-        committer: Any,  # stream.app.commit.Committer (its lock, ``landed``)
         publisher: Callable[[], Any],  # stream.publish.publisher.Publisher
         stats: Any,  # stream.ops.metrics.Metrics (the census: which partitions are walked)
     ) -> None:
         self.ttl = limits.session_ttl
         self.folds = limits.folds
         self.table = table
-        self.committer = committer
         self.publisher = publisher
         self.stats = stats
         self.deadlines = Deadlines()  # sessions by last activity
@@ -92,12 +101,11 @@ class Expiry:
         first = self.deadlines.next_due(partition)
         return past_ttl(first, self.stream_time.get(partition), self.ttl)
 
-    async def step(self) -> int:
+    async def step(self, committer: Between) -> int:
         """Expire up to ``SWEEP_STEP`` due sessions of one walked partition (the first
         with any due); returns how many left (0: those due were alive, filed again),
-        -1 when no partition had any due. Holds the lock for this step only."""
+        -1 when no partition had any due. Holds the committer's lock for this step only."""
         ttl = self.ttl
-        committer = self.committer
         async with committer.lock:
             await committer.landed()
             for partition in self.stats.census.walked_partitions():
@@ -124,9 +132,10 @@ class Expiry:
                 return len(result.expired) if removed else -1
         return -1
 
-    async def run(self) -> None:
-        """Work off due sessions a step at a time, between batches, whenever any are due
-        (the batches say when: only the input moves a partition's stream time)."""
+    async def run(self, committer: Between) -> None:
+        """Work off due sessions a step at a time, between ``committer``'s batches,
+        whenever any are due (the batches say when: only the input moves a partition's
+        stream time)."""
         if not self.enabled:
             return
         while True:
@@ -135,7 +144,7 @@ class Expiry:
             idle = 0  # steps in a row that expired nothing
             while any(self.due(p) for p in self.stats.census.walked_partitions()):
                 started = time.monotonic()
-                gone = await self.step()
+                gone = await self.step(committer)
                 # A step whose candidates were all alive files them again and lets the
                 # next partition's due sessions through; stopping there would leave those
                 # until the next batch. A few such steps in a row: the next batch says more.
@@ -149,4 +158,4 @@ class Expiry:
                 await asyncio.sleep(0)  # batches and heartbeats between steps
 
 
-__all__ = ["SWEEP_STEP", "Expiry"]
+__all__ = ["SWEEP_STEP", "Between", "Expiry"]

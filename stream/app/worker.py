@@ -1,8 +1,11 @@
 """The worker: one Faust agent folding batches of session events through the pure core into
 the sessions table, and publishing every change to Kafka and Redis.
 
-``assemble`` builds its parts in order and hands them to ``Worker``, which wires them to
-Faust (the agent, tasks, timers, rebalance signals): the consumer in bulk
+``assemble`` builds its parts in order, hands them to ``Worker`` and, as its last step,
+wires them to Faust (``Worker.wire``: the agent, tasks, timers, rebalance signals; the
+constructor only keeps its parts). It is the one way a worker is built: ``stream worker``
+through ``stream.app.run``, ``faust -A`` through ``stream.app.entry``, the tests on the
+settings they need. The parts: the consumer in bulk
 (``stream.app.fetch``, ``batching``, ``inflate``), the table (``table``), the outbox
 (``producer``), the metrics (``stream.ops.metrics``), the control topic's claims
 (``claims``), the publisher (``stream.publish``: Kafka, then Redis), the commit path
@@ -112,36 +115,16 @@ class OnLoop:
         return self.built
 
 
-class Worker:
-    """One worker process: the Faust app and the parts its agent drives, handed to it
-    (``assemble`` builds the real ones)."""
+class Ledger:
+    """What a committed batch leaves behind (the commit path's ``committed``): the totals
+    the worker logs, a line per reset, its sessions in the expiry index."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        app: faust.App,
-        source: Any,
-        table: SessionTable,
-        stats: metrics.Metrics,
-        claims: Claims,
-        publisher: OnLoop,
-        committer: Committer,
-        expiry: Expiry,
-    ) -> None:
-        self.settings = settings
-        self.app = app
-        self.source = source
-        self.table = table
-        self.stats = stats
-        self.claims = claims
-        self.publisher = publisher
-        self.committer = committer
+    def __init__(self, input_topic: str, expiry: Expiry) -> None:
+        self.input_topic = input_topic
         self.expiry = expiry
         self.totals = Counts()
-        self._held: set[int] = set()  # partitions held after the last rebalance
-        self._wire()
 
-    def committed(self, messages: list[Message], result: BatchResult) -> None:
+    def __call__(self, messages: list[Message], result: BatchResult) -> None:
         """A batch is delivered and in Redis, about to be acked (``Committer.commit``)."""
         self.totals.add(result.counts)
         self._log_resets(result)
@@ -155,10 +138,41 @@ class Worker:
                 note.session_id,
                 note.gen,
                 note.previous,
-                self.settings.input_topic,
+                self.input_topic,
                 note.partition,
                 note.offset,
             )
+
+
+class Worker:
+    """One worker process: the Faust app and the parts its agent drives, handed to it
+    (``assemble`` builds the real ones); ``wire`` puts them on the app."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        app: faust.App,
+        source: Any,
+        table: SessionTable,
+        stats: metrics.Metrics,
+        claims: Claims,
+        publisher: OnLoop,
+        committer: Committer,
+        expiry: Expiry,
+        ledger: Ledger,
+    ) -> None:
+        self.settings = settings
+        self.app = app
+        self.source = source
+        self.table = table
+        self.stats = stats
+        self.claims = claims
+        self.publisher = publisher
+        self.committer = committer
+        self.expiry = expiry
+        self.ledger = ledger
+        self.wired = False
+        self._held: set[int] = set()  # partitions held after the last rebalance
 
     async def _agent(self, stream: Any) -> None:
         settings = self.settings
@@ -253,8 +267,12 @@ class Worker:
         await tables.recovery.completed.wait()
         await work
 
-    def _wire(self) -> None:
-        """The agent, its tasks, timers and signal handlers, on the Faust app."""
+    def wire(self) -> "Worker":
+        """The agent, its tasks, timers and signal handlers, on the Faust app (once: wired
+        twice, every task and timer would run twice)."""
+        if self.wired:
+            raise RuntimeError("the worker is wired to its Faust app already")
+        self.wired = True
         app, settings, stats = self.app, self.settings, self.stats
         app.agent(self.source, concurrency=1, name="fold_sessions")(self._agent)
 
@@ -269,7 +287,7 @@ class Worker:
 
         @app.task  # type: ignore[untyped-decorator]
         async def _sweeper() -> None:
-            await self.expiry.run()
+            await self.expiry.run(self.committer)
 
         serving: list[bool] = []  # the metrics server was started
 
@@ -303,12 +321,14 @@ class Worker:
 
         @app.timer(interval=10.0)  # type: ignore[untyped-decorator]
         async def _report() -> None:
-            log.info("totals %s", self.totals.as_dict())
+            log.info("totals %s", self.ledger.totals.as_dict())
             stats.refresh(app, self.table, settings)
 
         @app.on_before_shutdown.connect
         def _final(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-            log.info("final totals %s", self.totals.as_dict())
+            log.info("final totals %s", self.ledger.totals.as_dict())
+
+        return self
 
 
 def assemble(
@@ -324,8 +344,11 @@ def assemble(
     4. the metrics (``/metrics``, ``/readyz``), with what start-up found on the control topic;
     5. the claims: the reset ceiling and the control topic's problems, kept up while it runs;
     6. the publisher: the outbox, then Redis (built on the worker's loop, on first use);
-    7. the commit path, handed the table, the publisher, the acks, the metrics, the claims;
-    8. expiry: the index of idle sessions and its sweeps, between batches.
+    7. expiry: the index of idle sessions (its sweeps step between the commit path's
+       batches, handed it when they run);
+    8. the commit path, handed the table, the publisher, the acks, the metrics, the claims
+       and what a committed batch leaves (``Ledger``: the totals, reset lines, expiry);
+    9. the worker, wired to Faust (``Worker.wire``): the agent, tasks, timers, signals.
     """
     partitions = partitions or settings.partitions
     tune_switch(settings.switch_interval)  # before the consumer thread starts
@@ -356,25 +379,20 @@ def assemble(
         return built
 
     on_loop = OnLoop(publisher)
-    worker: Worker | None = None
-
-    def committed(messages: list[Message], result: BatchResult) -> None:
-        assert worker is not None
-        worker.committed(messages, result)
-
-    committer = Committer(  # 7
+    expiry = Expiry(settings.limits, table, on_loop, stats)  # 7
+    ledger = Ledger(settings.input_topic, expiry)
+    committer = Committer(  # 8
         Parts(
             table=table,
             publisher=on_loop,
             ack=lambda batch: batching.ack(batch, app.consumer),
             stats=stats,
             gate=claims,
-            committed=committed,
+            committed=ledger,
         )
     )
-    expiry = Expiry(settings.limits, table, committer, on_loop, stats)  # 8
-    worker = Worker(settings, app, source, table, stats, claims, on_loop, committer, expiry)
-    return worker
+    worker = Worker(settings, app, source, table, stats, claims, on_loop, committer, expiry, ledger)
+    return worker.wire()  # 9
 
 
 EXIT_STOPPED = 3  # the process' status when a permanent error stopped it
@@ -392,11 +410,4 @@ def _stop_on_permanent(stats: metrics.Metrics, error: BaseException) -> None:
     os._exit(EXIT_STOPPED)
 
 
-def build_app(
-    settings: Settings, partitions: int | None = None, control_problems: tuple[str, ...] = ()
-) -> faust.App:
-    """The Faust app of a worker on ``settings`` as they are (no start-up checks)."""
-    return assemble(settings, partitions, control_problems).app
-
-
-__all__ = ["OnLoop", "Worker", "assemble", "build_app", "faust_app"]
+__all__ = ["EXIT_STOPPED", "Ledger", "OnLoop", "Worker", "assemble", "faust_app"]

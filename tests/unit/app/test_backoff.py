@@ -21,7 +21,7 @@ from mode.utils.logging import ExtensionFormatter
 
 from stream.app import backoff as app_backoff
 from stream.app import producer as app_producer
-from stream.app.worker import build_app
+from stream.app.worker import assemble
 from stream.config import Settings
 
 BACKOFF_MS = 100
@@ -123,12 +123,12 @@ def test_a_failed_update_resolves_after_the_backoff_a_good_one_at_once(
 
 
 def test_the_worker_builds_both_clients_with_backoff(tmp_path: Path) -> None:
-    """What ``build_app`` gives the worker: its producer's aiokafka client and its
+    """What ``assemble`` gives the worker: its producer's aiokafka client and its
     consumer's (shared by the fetcher and the group coordinator) are ``BackoffClient``s,
     and aiokafka's loggers carry the repeat filter."""
 
     async def clients() -> list[Any]:
-        app = build_app(Settings(state_dir=str(tmp_path), input_topic="events-in"), 2)
+        app = assemble(Settings(state_dir=str(tmp_path), input_topic="events-in"), 2).app
         producer = app.producer._new_producer()
         consumer = app.consumer._thread._create_consumer(asyncio.get_running_loop())
         made = [producer.client, consumer._client]

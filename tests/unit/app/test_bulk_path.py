@@ -16,7 +16,7 @@ from mode.utils.queues import FlowControlEvent, ThrowableQueue
 from stream.app import batching, bulkqueue, fetch, internals
 from stream.app.monitor import LeanMonitor
 from stream.app.table import RAW
-from stream.app.worker import build_app
+from stream.app.worker import assemble
 from stream.config import Settings
 
 # --- batches ------------------------------------------------------------------------------------
@@ -418,7 +418,7 @@ def test_the_lean_monitor_keeps_only_what_the_slow_stream_check_reads() -> None:
 
 def test_the_worker_app_takes_the_bulk_consumer_path(tmp_path: Path) -> None:
     settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
-    app = build_app(settings, 2)
+    app = assemble(settings, 2).app
     assert isinstance(app.transport, fetch.BulkTransport)
     assert app.transport.Consumer is fetch.BulkConsumer
     assert app.transport.bulk_topics == frozenset({"events-in"})
@@ -440,7 +440,7 @@ def test_acking_in_bulk_keeps_fausts_bookkeeping(tmp_path: Path) -> None:
 
     async def run() -> list[tuple[Any, ...]]:
         settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
-        app = build_app(settings, 2)
+        app = assemble(settings, 2).app
         app.topics._acking_topics.add("events-in")  # as subscribing the agent does
         states = []
         for bulk in (True, False):
@@ -483,7 +483,7 @@ def test_an_acked_batch_leaves_the_set_faust_waits_on(tmp_path: Path) -> None:
 
     async def run() -> tuple[int, int, list[int], bool]:
         settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
-        app = build_app(settings, 2)
+        app = assemble(settings, 2).app
         app.topics._acking_topics.add("events-in")
         consumer = app.transport.create_consumer(
             callback=_unused, on_partitions_revoked=_unused, on_partitions_assigned=_unused
@@ -519,7 +519,7 @@ def test_the_hand_over_queues_while_only_the_consumers_flow_is_still_suspended(
 
     async def run() -> tuple[list[Any], int, Any]:
         settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
-        app = build_app(settings, 2)
+        app = assemble(settings, 2).app
         consumer = app.consumer
         channel = FakeChannel()
         channel.schema = app.topic("events-in", **RAW).schema  # type: ignore[attr-defined]
@@ -552,7 +552,7 @@ def test_a_hand_over_a_seek_came_before_notes_what_it_dropped(tmp_path: Path) ->
 
     async def run() -> tuple[bool, dict[Any, int], Any]:
         settings = Settings(state_dir=str(tmp_path), input_topic="events-in")
-        app = build_app(settings, 2)
+        app = assemble(settings, 2).app
         consumer = app.consumer
         channel = FakeChannel()
         channel.schema = app.topic("events-in", **RAW).schema  # type: ignore[attr-defined]

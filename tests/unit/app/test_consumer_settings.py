@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from stream.app.worker import build_app
+from stream.app.worker import assemble
 from stream.config import Settings
 
 
 def consumer_of(settings: Settings) -> Any:
     async def made() -> Any:
-        app = build_app(settings, 2)
+        app = assemble(settings, 2).app
         consumer = app.consumer._thread._create_consumer(asyncio.get_running_loop())
         await consumer._client.close()
         consumer._closed = True  # never started: nothing else to stop

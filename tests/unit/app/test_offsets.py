@@ -17,7 +17,7 @@ from faust.transport.consumer import Consumer as FaustConsumer
 from faust.types import TP
 
 from stream.app import fetch, offsets
-from stream.app.worker import build_app
+from stream.app.worker import assemble
 from stream.config import Settings
 
 TOPIC = "events-in"
@@ -31,7 +31,7 @@ async def _unused(*args: Any) -> None:  # pragma: no cover - never called
 @pytest.fixture(scope="module")
 def consumer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     settings = Settings(state_dir=str(tmp_path_factory.mktemp("state")), input_topic=TOPIC)
-    app = build_app(settings, 2)
+    app = assemble(settings, 2).app
     yield app.transport.create_consumer(
         callback=_unused, on_partitions_revoked=_unused, on_partitions_assigned=_unused
     )

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from stream.app.worker import build_app
+from stream.app.worker import assemble
 from stream.config import Settings
 
 
@@ -21,7 +21,7 @@ def test_faust_environment_variables_are_ignored(
     }.items():
         monkeypatch.setenv(name, value)
     settings = Settings(state_dir=str(tmp_path), standby_replicas=1, max_poll_interval=120.0)
-    conf = build_app(settings, 2).conf
+    conf = assemble(settings, 2).app.conf
     assert conf.processing_guarantee.value == "at_least_once"
     assert conf.web_bind == "127.0.0.1"
     assert conf.stream_wait_empty is True
