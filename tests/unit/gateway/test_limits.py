@@ -5,7 +5,6 @@ holds, also against a burst; requests that do not parse cost one log line a seco
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +17,7 @@ from stream.config import Settings
 from stream.gateway.app import Options, build_app
 from stream.gateway.server import CappedSite, _NoRequestText, handler_options
 from tests.unit.gateway.fakes import FakeStore, hub, update
+from tests.waiting import until
 
 REQUEST = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
@@ -46,15 +46,13 @@ async def serving(**options: Any) -> AsyncIterator[tuple[CappedSite, int]]:
         await runner.cleanup()
 
 
-async def _closed_after(reader: asyncio.StreamReader, limit: float) -> tuple[bytes, float]:
-    """What the server sent until it closed the connection, and how long that took."""
-    started = time.monotonic()
+async def _closed(reader: asyncio.StreamReader, limit: float = 5) -> bytes:
+    """What the server sent until it closed the connection; ``limit`` bounds a failure."""
     async with asyncio.timeout(limit):
         try:
-            data = await reader.read()  # to EOF
+            return await reader.read()  # to EOF
         except ConnectionResetError:  # closed with our bytes unread: a reset (uvloop)
-            data = b""
-    return data, time.monotonic() - started
+            return b""
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
@@ -65,35 +63,38 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
         runner.run(scenario())
 
 
-def test_a_half_sent_request_is_closed_within_the_header_timeout() -> None:
+def test_a_half_sent_request_is_closed_by_the_header_timeout() -> None:
+    """aiohttp's keep-alive timer is the header timeout (server.py). Its 0.2 s pass for
+    real here, but nothing asserts on the wall clock: a connection is closed or not, a
+    trickle is cut before its end, a stream counts heartbeats."""
+
     async def scenario() -> None:
-        async with serving(header_timeout=0.5) as (_, port):
+        async with serving(header_timeout=0.2) as (_, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: local")  # and never the rest
-            data, waited = await _closed_after(reader, 5)
-            assert data == b"" and 0.3 < waited < 2.0, waited
+            assert await _closed(reader) == b""
             # Nothing at all sent: the same.
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            assert (await _closed_after(reader, 5))[1] < 2.0
+            assert await _closed(reader) == b""
             # A kept-alive connection: answered, then its next half request is closed too.
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(REQUEST)
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
             writer.write(b"GET /heal")
-            data, waited = await _closed_after(reader, 5)
-            assert waited < 2.0, waited
-            # Trickling bytes does not keep it open: the timer is not reset by data.
+            await _closed(reader)
+            # Trickling bytes does not keep it open: the timer is not reset by data. The
+            # client's pace is the subject: the request would take four header timeouts
+            # (on the loop's time, which the server's timer shares), and is cut before.
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            started = time.monotonic()
+            sent = 0
             for byte in REQUEST[:-2]:
                 if reader.at_eof() or writer.is_closing():
                     break
                 writer.write(bytes([byte]))
+                sent += 1
                 await asyncio.sleep(0.02)
-                if time.monotonic() - started > 3:
-                    break
-            await _closed_after(reader, 5)
-            assert time.monotonic() - started < 2.0
+            await _closed(reader)
+            assert sent < len(REQUEST) - 2, "a trickle kept the connection open"
 
     run(scenario)
 
@@ -103,13 +104,14 @@ def test_a_stream_outlives_the_header_timeout() -> None:
         async with serving(header_timeout=0.3, heartbeat=0.1) as (_, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /sessions/s/context/stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            started, got = time.monotonic(), b""
-            while time.monotonic() - started < 1.5:  # five header timeouts
-                async with asyncio.timeout(1):
+            got = b""
+            # Ten heartbeats, 0.1 s apart on the loop's time: three header timeouts and more.
+            async with asyncio.timeout(10):  # a failure bound
+                while got.count(b": heartbeat") < 10:
                     chunk = await reader.read(4096)
-                assert chunk, "the stream was closed"
-                got += chunk
-            assert got.startswith(b"HTTP/1.1 200") and got.count(b": heartbeat") >= 5
+                    assert chunk, "the stream was closed"
+                    got += chunk
+            assert got.startswith(b"HTTP/1.1 200")
             writer.close()
 
     run(scenario)
@@ -119,10 +121,9 @@ def test_the_connection_cap_holds() -> None:
     async def scenario() -> None:
         async with serving(max_connections=5, header_timeout=30) as (site, port):
             held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(5)]
-            await asyncio.sleep(0.1)
-            assert site.open == 5
+            await until(lambda: site.open == 5, what="five connections admitted")
             reader, _ = await asyncio.open_connection("127.0.0.1", port)
-            data, _ = await _closed_after(reader, 5)
+            data = await _closed(reader)
             assert data.startswith(b"HTTP/1.1 503") and b"Retry-After: 5" in data
             # The five admitted are served.
             for reader, writer in held[:2]:
@@ -130,7 +131,7 @@ def test_the_connection_cap_holds() -> None:
                 assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
             # One closes: its place is free again.
             held[0][1].close()
-            await _until(lambda: site.open == 4)
+            await until(lambda: site.open == 4)
             fresh = await asyncio.open_connection("127.0.0.1", port)
             fresh[1].write(REQUEST)
             assert (await fresh[0].readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
@@ -139,20 +140,14 @@ def test_the_connection_cap_holds() -> None:
             burst = await asyncio.gather(
                 *(asyncio.open_connection("127.0.0.1", port) for _ in range(40))
             )
-            answers = await asyncio.gather(*(_closed_after(r, 5) for r, _ in burst))
-            assert all(data.startswith(b"HTTP/1.1 503") for data, _ in answers)
+            answers = await asyncio.gather(*(_closed(r) for r, _ in burst))
+            assert all(data.startswith(b"HTTP/1.1 503") for data in answers)
             assert site.open == 5 and site.refused == 41
             for _, writer in (*held, *burst, fresh):
                 writer.close()
-            await _until(lambda: site.open == 0)
+            await until(lambda: site.open == 0)
 
     run(scenario)
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 5) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def test_one_client_address_cannot_take_every_connection() -> None:
@@ -160,7 +155,7 @@ def test_one_client_address_cannot_take_every_connection() -> None:
         async with serving(max_connections=6, max_connections_per_address=3) as (site, port):
             greedy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
             reader, _ = await asyncio.open_connection("127.0.0.1", port)
-            data, _ = await _closed_after(reader, 5)
+            data = await _closed(reader)
             assert data.startswith(b"HTTP/1.1 503")
             # Another client (another loopback source address) still gets in, up to three.
             other = [
@@ -172,7 +167,7 @@ def test_one_client_address_cannot_take_every_connection() -> None:
             assert site.addresses == {"127.0.0.1": 3, "127.0.0.2": 3} and site.open == 6
             for _, writer in (*greedy, *other):
                 writer.close()
-            await _until(lambda: site.open == 0 and not site.addresses)
+            await until(lambda: site.open == 0 and not site.addresses)
 
     run(scenario)
 
@@ -197,7 +192,7 @@ def test_files_are_served_through_the_counted_connections() -> None:
                 assert len(body) == length > 100
             assert site.open == 1
             writer.close()
-            await _until(lambda: site.open == 0)
+            await until(lambda: site.open == 0)
 
     run(scenario)
 
