@@ -51,8 +51,8 @@ from stream.ops.admin import admin as admin_client
 
 log = logging.getLogger("stream.control")
 
-# stream.app.service.TABLE_NAME (a unit test keeps them equal); importing it would import
-# faust into every operator command.
+# The sessions table's name, here rather than in stream.app.table (which declares the
+# table by it): importing that would import faust into every operator command.
 TABLE = "sessions"
 CONTROL_KEY = b"control"
 MAX_NUMBER = 2**53 - 1  # generations and epochs: published in JSON, compared in Lua
