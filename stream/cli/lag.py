@@ -9,7 +9,8 @@ broker that does not answer) are here, the command that only looks.
 import argparse
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -234,8 +235,21 @@ class CatchUp:
         }
 
 
+@dataclass(frozen=True)
+class Ticks:
+    """The watch's clock (for ``--seconds``) and its pause between readings."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+# What ``_watch`` runs on; a test puts a fake clock here, whose sleep passes no real time.
+TICKS = Ticks()
+
+
 def _watch(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> int:
-    started = time.monotonic()
+    ticks = TICKS
+    started = ticks.now()
     catch_up = CatchUp(
         read_lag(settings, admin), window=max(10.0, 5 * args.interval), stall_after=args.stall_after
     )
@@ -243,10 +257,10 @@ def _watch(args: argparse.Namespace, settings: Settings, admin: AdminClient) -> 
     def finished() -> bool:
         if args.until_caught_up and catch_up.last.lag == 0:
             return True
-        return args.seconds is not None and time.monotonic() - started >= args.seconds
+        return args.seconds is not None and ticks.now() - started >= args.seconds
 
     def tick() -> None:
-        time.sleep(args.interval)
+        ticks.sleep(args.interval)
         catch_up.observe(read_lag(settings, admin))
 
     err = Console(stderr=True)

@@ -14,6 +14,7 @@ from stream.cli import main
 from stream.ops.control import Control
 from stream.ops.lag import LagReport
 from stream.ops.offsets import GroupState, Member, PartitionOffsets
+from tests.waiting import FakeClock
 
 
 def _report(taken_at: float, *parts: PartitionOffsets) -> LagReport:
@@ -22,7 +23,8 @@ def _report(taken_at: float, *parts: PartitionOffsets) -> LagReport:
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch, reports: Iterator[LagReport]) -> None:
-    """``read_lag`` answers the next of ``reports``, then the last one again."""
+    """``read_lag`` answers the next of ``reports``, then the last one again; the watch
+    runs on a fake clock (its ``--interval`` pauses pass no real time)."""
     seen: list[LagReport] = []
 
     def read_lag(*_: Any) -> LagReport:
@@ -35,6 +37,8 @@ def _fake(monkeypatch: pytest.MonkeyPatch, reports: Iterator[LagReport]) -> None
     monkeypatch.setattr(cli, "admin_client", lambda _: object())
     monkeypatch.setattr(cli, "read_lag", read_lag)
     monkeypatch.setattr(cli, "read_control", lambda *_: Control(generation=2, epoch=1))
+    clock = FakeClock()
+    monkeypatch.setattr(cli, "TICKS", cli.Ticks(now=clock, sleep=clock.sleep))
 
 
 def _text(renderable: Any) -> str:
@@ -83,7 +87,7 @@ def test_until_caught_up_exits_0_once_the_lag_is_0(
 def test_until_caught_up_exits_1_at_the_time_limit_naming_what_is_behind(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    times = iter(range(0, 10_000, 30))  # each report 30 s after the last
+    times = iter(range(0, 10_000, 30))  # each report 30 s after the last (--interval)
     stuck, moving = PartitionOffsets(0, 0, 100, 10), PartitionOffsets(1, 0, 50, 50)
 
     def reports() -> Iterator[LagReport]:
@@ -91,11 +95,11 @@ def test_until_caught_up_exits_1_at_the_time_limit_naming_what_is_behind(
             yield _report(t, stuck, moving)
 
     _fake(monkeypatch, reports())
-    argv = ["lag", "--watch", "--until-caught-up", "--interval", "0.01", "--seconds", "0.1"]
+    argv = ["lag", "--watch", "--until-caught-up", "--interval", "30", "--seconds", "100"]
     assert main([*argv, "--stall-after", "45"]) == 1
     captured = capsys.readouterr()
     assert "stalled 0" in captured.out
-    assert "stream lag: not caught up after" in captured.err and "lag 90" in captured.err
+    assert "stream lag: not caught up after 120.0 s: lag 90" in captured.err  # 4 readings
     assert "partition 0: lag 90 (committed 10, end 100), stalled: no commit for" in captured.err
     assert "partition 1" not in captured.err
 
@@ -105,9 +109,10 @@ def test_watch_without_until_caught_up_exits_0_and_json_lists_stalls(
 ) -> None:
     times = iter(range(0, 10_000, 30))
     _fake(monkeypatch, (_report(t, PartitionOffsets(0, 0, 100, 10)) for t in times))
-    argv = ["lag", "--watch", "--json", "--interval", "0.01", "--seconds", "0.1"]
+    argv = ["lag", "--watch", "--json", "--interval", "30", "--seconds", "100"]
     assert main([*argv, "--stall-after", "45"]) == 0
     lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 5  # readings at 0, 30, ..., 120 s on the fake clock
     assert lines[0]["stalled"] == [] and lines[-1]["stalled"][0]["partition"] == 0
 
 
