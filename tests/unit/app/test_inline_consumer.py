@@ -12,6 +12,7 @@ import faust
 import pytest
 
 from stream.app.fetch import BackoffConsumerThread, InlineConsumerThread, install
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_calls_run_on_the_worker_s_loop_and_thread(loop: asyncio.AbstractEventLo
         with pytest.raises(LookupError, match="no such partition"):
             await inline.call_thread(failing)
         await inline.cast_thread(plain, 7)  # not awaited by the caller: runs on this loop
-        await asyncio.sleep(0.01)
+        await until(lambda: len(seen) == 3, what="the cast call")
         return found
 
     assert loop.run_until_complete(calls()) == (3, 10)
