@@ -1,23 +1,27 @@
 """Committing a batch: the order that makes a commit safe, with the parts it is handed.
 
-``Committer.commit`` states the order (seven steps); ``Committer.run`` takes the agent's
-batches one after the other, overlapping a batch's fold with the last one's delivery when
-the worker is a whole batch behind. Every part comes in through ``Parts``, so the commit
-path runs without Kafka, Faust or Redis (``tests/unit/app/memory.py`` has in-memory parts)
-exactly as it runs in the worker (``stream.app.worker`` hands it the real ones).
+``Committer.commit`` states the order, step by step, and its code carries the same
+numbers; the committer writes the sessions table itself (the rows and their changelog
+records), the publisher builds and sends what a batch publishes (output records, dead
+letters, the Redis write). ``Committer.run`` takes the agent's batches one after the
+other, overlapping a batch's fold with the last one's delivery. Every part comes in
+through ``Parts``, so the commit path runs without Kafka, Faust or Redis
+(``tests/unit/app/memory.py`` has in-memory parts) exactly as it runs in the worker
+(``stream.app.worker`` hands it the real ones).
 """
 
 import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stream.app import inflate
+from stream.publish.kafka import confirmed
 from stream.publish.publisher import Sending
-from stream.session.batch import BatchResult, Message, fold_batch
+from stream.session.batch import PARTITION_KEY, BatchResult, Message, fold_batch
 from stream.session.limits import Limits
 from stream.session.results import Recall, SessionChange
 
@@ -39,19 +43,27 @@ class Kept(Protocol):
 
 
 class Store(Protocol):
-    """The sessions table as the fold reads it."""
+    """The sessions table as the fold reads it and the commit writes it
+    (``stream.app.table.SessionTable``)."""
 
     @property
     def kept(self) -> Kept: ...
     def load(self, key: bytes, partition: int) -> bytes | None: ...
+    def put(self, key: bytes, row: bytes, partition: int) -> None: ...
+
+
+class Changelog(Protocol):
+    """Where a stored row's changelog record goes (``stream.app.producer.Outbox``)."""
+
+    def send_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]: ...
 
 
 class BatchPublisher(Protocol):
-    """Where a folded batch goes (``stream.publish.publisher.Publisher``)."""
+    """What a folded batch publishes (``stream.publish.publisher.Publisher``)."""
 
     async def left(self) -> None: ...
-    def stage(self, result: BatchResult) -> Sending: ...
-    def dispatch(self, sending: Sending) -> None: ...
+    def build(self, result: BatchResult) -> Sending: ...
+    def send(self, sending: Sending) -> list[Awaitable[Any]]: ...
     async def cache(self, sending: Sending) -> None: ...
 
 
@@ -68,7 +80,8 @@ class Gate(Protocol):
 class Parts:
     """What the commit path is handed."""
 
-    table: Store
+    table: Store  # read by the fold, the rows written by the commit (step 2)
+    changelog: Changelog  # the rows' changelog records (step 4)
     publisher: Callable[[], BatchPublisher]  # built on the worker's loop, on first use
     ack: Callable[[list[Any]], None]  # the batch's offsets become committable
     stats: Any  # stream.ops.metrics.Metrics
@@ -81,12 +94,12 @@ class Parts:
 class Flight:
     """A batch between its fold and its ack (``Committer.commit``)."""
 
-    sent: "asyncio.Future[None]"  # its rows are in the store: the next batch may fold
+    stored: "asyncio.Future[None]"  # its rows are in the store: the next batch may fold
     # (its records follow once the batch before it is confirmed: ``delivered``)
     delivered: "asyncio.Future[None]"  # the broker confirmed its records
     cached: "asyncio.Future[None]"  # its Redis write is done (or queued): the next may write
-    after: "Flight | None"  # the batch before it, while this one has not sent
-    done: "asyncio.Task[None]" = field(init=False)  # the commit, through the ack
+    before: "Flight | None"  # the batch before it, while this one's rows are not stored
+    acked: "asyncio.Task[None]" = field(init=False)  # the commit, done once acked
 
 
 class Committer:
@@ -97,39 +110,41 @@ class Committer:
         self.lock = asyncio.Lock()  # a batch and a sweep step never interleave
         self.last: Flight | None = None  # the batch taken last (``take``)
 
-    def take(self, batch: list[Any], after: Flight | None = None) -> Flight:
-        """``commit`` of ``batch`` as a task; ``after``: the batch before it, still landing
+    def take(self, batch: list[Any], before: Flight | None = None) -> Flight:
+        """``commit`` of ``batch`` as a task; ``before``: the batch before it, still landing
         (its delivery and its Redis write then overlap this batch's fold)."""
         loop = asyncio.get_running_loop()
-        flight = Flight(loop.create_future(), loop.create_future(), loop.create_future(), after)
-        flight.done = asyncio.ensure_future(self.commit(batch, flight))
+        flight = Flight(loop.create_future(), loop.create_future(), loop.create_future(), before)
+        flight.acked = asyncio.ensure_future(self.commit(batch, flight))
         self.last = flight
         return flight
 
     async def commit(self, batch: list[Any], flight: Flight) -> None:
-        """One batch, in the order that makes a commit safe:
+        """One batch, in the order that makes a commit safe (the code marks each step):
 
         1. fold: every message once through the pure core (``session.batch.fold_batch``),
            which cannot raise for what a message holds;
-        2. rows: each touched session's row into its partition's store (the next batch
-           may fold on them);
-        3. Redis: the updates in one round trip, guarded (queued while Redis is away),
-           without waiting for the broker: a reader sees an update as soon as it is
-           folded, and the guard and the deterministic fold keep that safe
+        2. rows: each touched session's row and each partition's row into its
+           partition's store, written here (the next batch may fold on them); the
+           batch's updates are built just before (``Publisher.build``, no I/O);
+        3. Redis: the updates' write started, one round trip, guarded (queued while Redis
+           is away), without waiting for the broker: a reader sees an update as soon as it
+           is folded, and the guard and the deterministic fold keep that safe
            (docs/notes/022);
-        4. records: each row's changelog record, one coalesced update per touched session
-           to the output topic, the dead letters with their reasons;
+        4. records: the rows' changelog records (written here), then what the publisher
+           sends (``Publisher.send``): one coalesced update per touched session to the
+           output topic, the dead letters with their reasons; one sending, re-sent whole
+           until confirmed (``publish.kafka.confirmed``);
         5. delivery: wait until the broker confirmed every record of 4 (re-sent with
-           backoff; the batch is held, never committed past);
-        6. offsets: once both 3 and 5 are done, the batch's events acked, so Faust's next
-           commit may pass them.
+           backoff; the batch is held, never committed past) and the write of 3 is done;
+        6. offsets: the batch's events acked, so Faust's next commit may pass them.
 
-        With ``flight.after``, the batch before it, this one is folded while that one
+        With ``flight.before``, the batch before it, this one is folded while that one
         waits for the broker or Redis (``run``). The fold reads what that batch put in
         the store; this batch's Redis write follows that batch's, its records follow once
         that batch's are confirmed (a re-send of those must never overtake these), and
-        its ack once that batch is acked. ``flight`` says when this batch's rows are in
-        (the next batch may fold), when it is delivered and when it is in Redis.
+        its ack once that batch is acked. ``flight`` says when this batch's rows are
+        stored (the next batch may fold), when it is delivered and when it is in Redis.
 
         The agent's concurrency stays 1, so a commit never passes a message still being
         folded either (faust-streaming #606).
@@ -137,7 +152,7 @@ class Committer:
         try:
             await self._in_order(batch, flight)
         except BaseException as error:
-            for future in (flight.sent, flight.delivered, flight.cached):  # and the next
+            for future in (flight.stored, flight.delivered, flight.cached):  # and the next
                 if not future.done():
                     future.set_exception(error)
                     future.exception()  # retrieved: the task's own error is the one raised
@@ -146,11 +161,11 @@ class Committer:
     async def _in_order(self, batch: list[Any], flight: Flight) -> None:
         parts = self.parts
         stats = parts.stats
-        after = flight.after
+        before = flight.before
         cpu = time.thread_time  # the loop's thread: how much of a step was work, not waiting
         stamp = batch[len(batch) // 2].timestamp  # the middle record's (stream_record_age)
         stats.observe_age("taken", stamp)
-        if after is not None:
+        if before is not None:
             # The batch before it is sent: its records leave before this fold holds the
             # loop, so their round trip runs alongside the fold instead of after it.
             await parts.publisher().left()
@@ -165,56 +180,85 @@ class Committer:
             stats.observe_age("folded", stamp)
             publisher = parts.publisher()
             publishing = time.perf_counter()
-            try:  # no await before the rows go in (stage): see observe_rows
+            try:  # no await before the rows go in: see observe_rows
                 stats.observe_rows(result)
             except Exception:
                 log.exception("census of a batch not moved")
-            sending = publisher.stage(result)  # 2
+            sending = publisher.build(result)  # its updates: no I/O, before the rows go in
+            self._store(result)  # 2
             table.kept.remember(result.sessions)  # the next batch's fold recalls them
-            flight.sent.set_result(None)
-            flight.after = None  # what ``landed`` follows only while a batch has not sent
-            writing = asyncio.ensure_future(self._redis_write(sending, flight, after, stamp))  # 3
+            flight.stored.set_result(None)
+            flight.before = None  # what ``landed`` follows only while rows are not stored
+            writing = asyncio.ensure_future(self._redis_write(sending, flight, before, stamp))  # 3
         try:  # out of the lock: the next batch may fold meanwhile (a sweep waits: ``landed``)
-            if after is not None:
-                await after.delivered
-            publisher.dispatch(sending)  # 4
+            if before is not None:
+                await before.delivered
+            confirmation = self._send(result, sending, publisher)  # 4
         except BaseException:
             _abandon(writing)
             raise
-        sent = cpu()
+        dispatched = cpu()
         stats.observe_age("sent", stamp)
-        await asyncio.gather(self._delivered(sending, flight, stamp), writing)
+        await asyncio.gather(self._delivered(confirmation, flight, stamp), writing)  # 5
         stats.publish_seconds.observe(time.perf_counter() - publishing)
         landed = cpu()
-        if after is not None:
-            await after.done  # acked in order
+        if before is not None:
+            await before.acked  # acked in order
         parts.committed(messages, result)
         try:  # the batch is delivered: nothing in the metrics may keep it from its ack
             stats.observe_batch(messages, result, batch[-1].timestamp)
-            if after is None:
-                stats.observe_loop_cpu(folded - started, sent - folded, landed - sent)
+            if before is None:
+                stats.observe_loop_cpu(folded - started, dispatched - folded, landed - dispatched)
             else:  # its waits overlapped other batches' work: only its own steps count
-                stats.observe_loop_cpu(folded - started, sent - folded, None)
+                stats.observe_loop_cpu(folded - started, dispatched - folded, None)
         except Exception:
             log.exception("metrics of a batch not recorded")
-        parts.ack(batch)  # 7
+        parts.ack(batch)  # 6
         stats.observe_age("acked", stamp)
 
-    async def _delivered(self, sending: Sending, flight: Flight, stamp: float | None) -> None:
-        assert sending.confirmed is not None  # dispatched
-        await sending.confirmed  # 5
+    def _store(self, result: BatchResult) -> None:
+        """Step 2's write: the batch's rows into their partitions' stores, once (a
+        re-sending of step 4 stores nothing: a later batch may have stored newer rows)."""
+        put = self.parts.table.put
+        for change in result.sessions:
+            put(change.key, change.row, change.partition)
+        for part in result.partitions:
+            put(PARTITION_KEY, part.row, part.partition)
+
+    def _send(
+        self, result: BatchResult, sending: Sending, publisher: BatchPublisher
+    ) -> Awaitable[None]:
+        """Step 4: every record of the batch on its way when this returns; the returned
+        confirmation re-sends them all until the broker confirmed every one. The rows'
+        changelog records go first, then the publisher's; within each topic partition
+        they keep the order they always had (rows by session, then the partitions')."""
+        changelog = self.parts.changelog
+
+        def records() -> list[Awaitable[Any]]:
+            futures = [changelog.send_row(c.key, c.row, c.partition) for c in result.sessions]
+            for part in result.partitions:
+                futures.append(changelog.send_row(PARTITION_KEY, part.row, part.partition))
+            futures.extend(publisher.send(sending))
+            return futures
+
+        return confirmed(records, "records of a batch", records())
+
+    async def _delivered(
+        self, confirmation: Awaitable[None], flight: Flight, stamp: float | None
+    ) -> None:
+        await confirmation
         self.parts.stats.observe_age("delivered", stamp)
         if not flight.delivered.done():  # done: the batch failed meanwhile (Redis)
             flight.delivered.set_result(None)
 
     async def _redis_write(
-        self, sending: Sending, flight: Flight, after: Flight | None, stamp: float | None
+        self, sending: Sending, flight: Flight, before: Flight | None, stamp: float | None
     ) -> None:
-        if after is not None:
-            await after.cached  # Redis writes in batch order
+        if before is not None:
+            await before.cached  # Redis writes in batch order
         stats = self.parts.stats
         with stats.redis_seconds.time():
-            await self.parts.publisher().cache(sending)  # 3
+            await self.parts.publisher().cache(sending)
         stats.observe_age("cached", stamp)
         if not flight.cached.done():  # done: the batch failed meanwhile (its delivery)
             flight.cached.set_result(None)
@@ -224,10 +268,10 @@ class Committer:
         may still run while the next batch is folded). A batch taken and not yet folded
         waits for the lock, and so for the holder's work to be done first."""
         flight = self.last
-        while flight is not None and not flight.sent.done():
-            flight = flight.after
-        if flight is not None and not flight.done.done():
-            await asyncio.shield(flight.done)  # each batch is acked after the one before
+        while flight is not None and not flight.stored.done():
+            flight = flight.before
+        if flight is not None and not flight.acked.done():
+            await asyncio.shield(flight.acked)  # each batch is acked after the one before
 
     async def run(self, batches: AsyncIterator[Any], batch_max: int) -> None:
         """Each batch committed in turn, up to ``IN_FLIGHT`` of them unacked. A worker a
@@ -240,22 +284,22 @@ class Committer:
         try:
             async for batch in batches:
                 behind = getattr(batch, "behind", 0) >= batch_max
-                while flying and flying[0].done.done():
-                    flying.popleft().done.result()  # what a batch raised stops the agent here
+                while flying and flying[0].acked.done():
+                    flying.popleft().acked.result()  # what a batch raised stops the agent here
                 last = flying[-1] if flying else None
                 flight = self.take(batch, last)
                 flying.append(flight)
-                await asyncio.shield(flight.sent if behind else flight.cached)
+                await asyncio.shield(flight.stored if behind else flight.cached)
                 while len(flying) >= (IN_FLIGHT_BEHIND if behind else IN_FLIGHT):
-                    await asyncio.shield(flying[0].done)
-                    flying.popleft().done.result()
+                    await asyncio.shield(flying[0].acked)
+                    flying.popleft().acked.result()
             await self.landed()
         except asyncio.CancelledError:
             # Shutdown (SIGTERM): finish the batches in hand and ack them, so the final
             # commit covers them instead of leaving them to be redelivered.
             last = self.last
             if last is not None:
-                await asyncio.wait_for(last.done, 30)
+                await asyncio.wait_for(last.acked, 30)
             raise
 
 

@@ -346,7 +346,8 @@ def assemble(
     6. the publisher: the outbox, then Redis (built on the worker's loop, on first use);
     7. expiry: the index of idle sessions (its sweeps step between the commit path's
        batches, handed it when they run);
-    8. the commit path, handed the table, the publisher, the acks, the metrics, the claims
+    8. the commit path, handed the table and the outbox (it writes the rows and their
+       changelog records), the publisher, the acks, the metrics, the claims
        and what a committed batch leaves (``Ledger``: the totals, reset lines, expiry);
     9. the worker, wired to Faust (``Worker.wire``): the agent, tasks, timers, signals.
     """
@@ -384,6 +385,7 @@ def assemble(
     committer = Committer(  # 8
         Parts(
             table=table,
+            changelog=outbox,
             publisher=on_loop,
             ack=lambda batch: batching.ack(batch, app.consumer),
             stats=stats,

@@ -1,13 +1,14 @@
-"""The one publisher: a batch result out to Kafka (rows, updates, dead letters) and Redis.
+"""The one publisher: what a batch publishes, out to Kafka (updates, dead letters) and Redis.
 
-The worker folds a batch once and hands the result here; only I/O is retried, never the
-fold. Its duties, each in a module of its own:
+The worker folds a batch once, writes its rows itself (``stream.app.commit``: the store
+and the changelog are the committer's) and hands the result here; only I/O is retried,
+never the fold. Its duties, each in a module of its own:
 
-1. Kafka, delivery before ack (``publish.kafka``): every record the batch produces —
-   changelog rows, output updates (``output.record``: the payload and headers), dead
-   letters — is confirmed by the broker before ``dispatch``'s ``Sending.confirmed``
-   resolves (and so before the batch's offsets can be acked and committed). A failed
-   send is re-sent with backoff; the batch is held, never committed past.
+1. Kafka (``publish.kafka``): ``send`` puts a batch's output updates (``output.record``:
+   the payload and headers) and dead letters on their way and returns their deliveries;
+   the committer sends them in one sending with the rows' changelog records and waits
+   until the broker confirmed every one (``publish.kafka.confirmed``, re-sent with
+   backoff) before the batch's offsets can be acked and committed.
 2. Redis, a cache of the output topic (``cache``, through ``publish.queue``): written in
    one round trip, or, while Redis is away, queued for a background writer, so an outage
    never stalls consumption; a permanent failure stops the worker loudly.
@@ -20,10 +21,10 @@ fold. Its duties, each in a module of its own:
    first, then the Redis drop, then the tombstones on the changelog and the output topic
    (no tombstone while the drop is only queued): the order that survives a crash.
 
-The worker's order per batch is ``stage`` (rows into the store), ``cache`` (to Redis) and,
-once the batch before it is confirmed, ``dispatch`` (to Kafka), the Redis write running
-while the records wait and fly; the ack once both are done (``stream.app.commit``; note
-022).
+The worker's order per batch is ``build`` (the updates), the rows into the store (the
+committer's), ``cache`` (to Redis) and, once the batch before it is confirmed, the records
+(the rows' changelog records, then ``send``), the Redis write running while the records
+wait and fly; the ack once both are done (``stream.app.commit``; note 022).
 """
 
 import asyncio
@@ -98,42 +99,26 @@ class Publisher:
         return self.queue.max_pending_bytes
 
     # -- one batch -------------------------------------------------------------------
-    def stage(self, result: BatchResult) -> "Sending":
-        """A folded batch's rows (each session's, the partitions') into the store, and its
-        updates built: the next batch may fold, and ``cache`` may take it, before its
-        records are sent (``dispatch``)."""
+    def build(self, result: BatchResult) -> "Sending":
+        """A folded batch's updates, built (no I/O): ``cache`` and ``send`` take them."""
         gen = self.generation
-        updates = [SessionUpdate.from_change(c, gen) for c in result.sessions]
-        outbox = self.outbox
-        for change in result.sessions:
-            outbox.store_row(change.key, change.row, change.partition)
-        for part in result.partitions:
-            outbox.store_row(PARTITION_KEY, part.row, part.partition)
-        return Sending(result, updates)
+        return Sending(result, [SessionUpdate.from_change(c, gen) for c in result.sessions])
 
-    def dispatch(self, sending: "Sending") -> None:
-        """Every record of a staged batch: per session its row's changelog record and its
-        output record, the partition rows', the dead letters; on their way when this
-        returns. ``Sending.confirmed`` resolves on the broker's confirmation of every
-        one. A re-sending sends the records again and leaves the store alone: a later
-        batch may have stored newer rows meanwhile."""
+    def send(self, sending: "Sending") -> list[Awaitable[Any]]:
+        """A built batch's records, on their way when this returns: per session its
+        output record (an expired life's tombstone first), then the dead letters. Returns
+        their deliveries; the caller awaits them, and calls again to re-send them all
+        (``publish.kafka.confirmed``)."""
         result, updates = sending.result, sending.updates
-
-        def records() -> list[Awaitable[Any]]:
-            futures: list[Awaitable[Any]] = []
-            outbox = self.outbox
-            for change, u in zip(result.sessions, updates, strict=True):
-                futures.append(outbox.send_row(change.key, change.row, change.partition))
-                if u.replaces is not None:  # an expired life: its tombstone first
-                    futures.append(outbox.send_update(change.key, None, []))
-                futures.append(outbox.send_update(change.key, u.payload, u.headers()))
-            for part in result.partitions:
-                futures.append(outbox.send_row(PARTITION_KEY, part.row, part.partition))
-            for letter in result.dead_letters:
-                futures.append(outbox.send_dead_letter(letter))
-            return futures
-
-        sending.confirmed = confirmed(records, "records of a batch", records())
+        outbox = self.outbox
+        futures: list[Awaitable[Any]] = []
+        for change, u in zip(result.sessions, updates, strict=True):
+            if u.replaces is not None:  # an expired life: its tombstone first
+                futures.append(outbox.send_update(change.key, None, []))
+            futures.append(outbox.send_update(change.key, u.payload, u.headers()))
+        for letter in result.dead_letters:
+            futures.append(outbox.send_dead_letter(letter))
+        return futures
 
     async def left(self) -> None:
         """Until the records sent so far are on their way to the broker: a step that then
@@ -141,7 +126,7 @@ class Publisher:
         await self.outbox.left()
 
     async def cache(self, sending: "Sending") -> None:
-        """A sent batch's updates and dead-letter counts to Redis, in one round trip
+        """A built batch's updates and dead-letter counts to Redis, in one round trip
         (queued while Redis is away), while its records are in flight."""
         result, updates = sending.result, sending.updates
         gen, topic = self.generation, self.settings.input_topic
@@ -282,12 +267,10 @@ class Publisher:
 
 @dataclass
 class Sending:
-    """A batch on its way (``Publisher.stage``): its output records, and once dispatched
-    the broker's confirmation of every record, to await before its ack."""
+    """A batch's updates (``Publisher.build``), for ``send`` (Kafka) and ``cache`` (Redis)."""
 
     result: BatchResult
     updates: list[SessionUpdate]
-    confirmed: Awaitable[None] | None = None  # set by ``Publisher.dispatch``
 
 
 __all__ = ["Outbox", "PermanentRedisError", "Publisher", "RedisState", "Sending"]

@@ -1,6 +1,8 @@
 """The commit path in memory: a source of records, a table, a broker and a Redis that
 answer when the test says, and the real core, publisher, claims and metrics in between
-(``stream.app.commit.Parts``). No Kafka, Faust or Redis runs, and nothing is patched."""
+(``stream.app.commit.Parts``). No Kafka, Faust or Redis runs, and nothing is patched.
+Every effect also goes to one ``journal`` (rows stored, records sent, Redis writes, acks),
+so a test can check the order of a commit's steps across the parts."""
 
 import asyncio
 import random
@@ -15,10 +17,18 @@ from stream.config import Settings
 from stream.ops.metrics import Metrics
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import PermanentRedisError
-from stream.session.batch import BatchResult, Message, fold_batch
+from stream.session.batch import PARTITION_KEY, BatchResult, Message, fold_batch
 from tests.generators.sessions import encode_json, generate_session
 
 TOPIC = "events-in"
+
+
+def named(key: bytes | None) -> str:
+    """A key as the journal names it: a session's id, ``partition`` (its partition's row)
+    or ``-`` (none: a dead letter)."""
+    if key is None:
+        return "-"
+    return "partition" if key == PARTITION_KEY else key.decode()
 
 
 @dataclass
@@ -39,12 +49,17 @@ class Table:
 
     changelog = "changelog"
 
-    def __init__(self) -> None:
+    def __init__(self, journal: list[str] | None = None) -> None:
         self.rows: dict[tuple[int, bytes], bytes] = {}
         self.kept = KeptRecords(1000)
+        self.journal: list[str] = [] if journal is None else journal
 
     def load(self, key: bytes, partition: int) -> bytes | None:
         return self.rows.get((partition, key))
+
+    def put(self, key: bytes, row: bytes, partition: int) -> None:
+        self.journal.append(f"stored {named(key)}")
+        self.rows[(partition, key)] = row
 
 
 class Outbox:
@@ -53,6 +68,7 @@ class Outbox:
 
     def __init__(self, table: Table) -> None:
         self.table = table
+        self.journal = table.journal
         self.sent: list[tuple[str, bytes | None, int]] = []  # (kind, key, gate number)
         self.gates: list[asyncio.Future[None]] = []
         self.leaving: asyncio.Future[None] | None = None  # set: records sent stay queued
@@ -67,6 +83,7 @@ class Outbox:
 
     def _sent(self, kind: str, key: bytes | None) -> "asyncio.Future[None]":
         self.sent.append((kind, key, len(self.gates) - 1))
+        self.journal.append(f"sent {kind} {named(key)}")
         return self.gates[-1]
 
     def write_row(self, key: bytes, row: bytes | None, partition: int) -> "asyncio.Future[None]":
@@ -75,7 +92,7 @@ class Outbox:
 
     def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
         assert row is not None
-        self.table.rows[(partition, key)] = row
+        self.table.put(key, row, partition)
 
     def send_row(self, key: bytes, row: bytes | None, partition: int) -> "asyncio.Future[None]":
         return self._sent("row", key)
@@ -94,10 +111,11 @@ class Sink:
     once ``holding`` resolves, when set); the next ``refuse`` writes are refused
     permanently."""
 
-    def __init__(self) -> None:
+    def __init__(self, journal: list[str] | None = None) -> None:
         self.writes: list[list[tuple[str, int]]] = []
         self.refuse = 0
         self.holding: asyncio.Future[None] | None = None
+        self.journal: list[str] = [] if journal is None else journal
 
     async def write(self, updates: list[Any], *args: Any, **kwargs: Any) -> list[int]:
         await asyncio.sleep(0)
@@ -107,6 +125,7 @@ class Sink:
             self.refuse -= 1
             raise PermanentRedisError("NOPERM refused")
         self.writes.append([(u.session_id, u.version[2]) for u in updates])
+        self.journal.append("redis")
         return [1] * len(updates)
 
 
@@ -121,14 +140,16 @@ class Harness:
     acked: list[int] = field(default_factory=list)  # each acked batch's first offset
     folds: list[int] = field(default_factory=list)  # each folded batch's first offset
     committed: list[BatchResult] = field(default_factory=list)
+    journal: list[str] = field(default_factory=list)  # every part's effects, in order
 
 
 def harness(state_dir: Path, settings: Settings | None = None) -> Harness:
     """The commit path as the worker assembles it, on in-memory parts."""
     settings = settings or Settings(state_dir=str(state_dir), input_topic=TOPIC)
-    table = Table()
+    journal: list[str] = []
+    table = Table(journal)
     outbox = Outbox(table)
-    sink = Sink()
+    sink = Sink(journal)
     publisher = Publisher(settings, outbox, sink)  # type: ignore[arg-type]
     stats = Metrics.create(settings)
     run: Harness
@@ -140,16 +161,21 @@ def harness(state_dir: Path, settings: Settings | None = None) -> Harness:
     def committed(messages: list[Message], result: BatchResult) -> None:
         run.committed.append(result)
 
+    def ack(batch: list[Record]) -> None:
+        journal.append(f"acked {batch[0].offset}")
+        run.acked.append(batch[0].offset)
+
     parts = Parts(
         table=table,
+        changelog=outbox,
         publisher=lambda: publisher,
-        ack=lambda batch: run.acked.append(batch[0].offset),
+        ack=ack,
         stats=stats,
         gate=Claims(settings, stats),
         committed=committed,
         fold=fold,
     )
-    run = Harness(Committer(parts), table, outbox, sink)
+    run = Harness(Committer(parts), table, outbox, sink, journal=journal)
     return run
 
 

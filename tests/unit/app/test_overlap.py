@@ -14,6 +14,7 @@ from stream.app.commit import IN_FLIGHT, Flight
 from stream.publish.redis_sink import PermanentRedisError
 from stream.session.batch import PARTITION_KEY
 from tests.unit.app.memory import Harness, batches, harness, turns
+from tests.waiting import until
 
 
 def one_after_the_other(tmp_path: Path) -> Harness:
@@ -22,7 +23,7 @@ def one_after_the_other(tmp_path: Path) -> Harness:
         for batch in batches((20, 20, 20)):
             gate = r.outbox.gate()
             gate.set_result(None)
-            await r.committer.take(batch).done
+            await r.committer.take(batch).acked
         return r
 
     return asyncio.run(run())
@@ -38,22 +39,22 @@ def test_the_next_batch_folds_while_the_last_waits_and_nothing_of_it_overtakes(
         first, second, third = batches((20, 20, 20))
         held = r.outbox.gate()
         a = r.committer.take(first)
-        await a.sent
+        await a.stored
         b = r.committer.take(second, a)
         await turns()
         # The second batch is folded, on the rows the first put in the store, and its
         # rows stored and written to Redis after the first batch's (docs/notes/022); none
         # of its records leave before the first batch's are confirmed.
         assert r.folds == [0, 20]
-        assert b.sent.done() and b.cached.done() and not b.delivered.done()
+        assert b.stored.done() and b.cached.done() and not b.delivered.done()
         assert {n for _, _, n in r.outbox.sent} == {0}
         assert len(r.sink.writes) == 2 and r.acked == []
         r.outbox.gate().set_result(None)  # what the second batch will be sent under
         held.set_result(None)
-        await b.sent
+        await b.stored
         c = r.committer.take(third, b)
-        await c.done
-        assert a.done.done() and b.done.done()
+        await c.acked
+        assert a.acked.done() and b.acked.done()
         return r
 
     overlapped = asyncio.run(run())
@@ -75,7 +76,7 @@ def test_the_next_fold_waits_until_the_last_batch_s_records_have_left(tmp_path: 
         first, second = batches((20, 20))
         held = r.outbox.gate()
         a = r.committer.take(first)
-        await a.sent
+        await a.stored
         r.outbox.leaving = asyncio.get_running_loop().create_future()
         b = r.committer.take(second, a)
         await turns()
@@ -85,7 +86,7 @@ def test_the_next_fold_waits_until_the_last_batch_s_records_have_left(tmp_path: 
         assert r.folds == [0, 20]
         r.outbox.gate().set_result(None)
         held.set_result(None)
-        await b.done
+        await b.acked
         assert r.acked == [0, 20]
 
     asyncio.run(run())
@@ -98,11 +99,11 @@ def test_a_batch_that_fails_stops_the_one_folded_after_it(tmp_path: Path) -> Non
         r.outbox.gate().set_result(None)
         r.sink.refuse = 1  # the first batch's write only
         a = r.committer.take(first)
-        await a.sent
+        await a.stored
         b = r.committer.take(second, a)
         for flight in (a, b):
             with pytest.raises(PermanentRedisError):
-                await flight.done
+                await flight.acked
         return r
 
     r = asyncio.run(run())
@@ -119,7 +120,7 @@ def test_a_sweep_waits_for_the_batches_folded_not_for_one_waiting_to_fold(tmp_pa
         first, second = batches((20, 20))
         held = r.outbox.gate()
         a = r.committer.take(first)
-        await a.sent
+        await a.stored
         order: list[str] = []
         took = asyncio.Event()
 
@@ -139,7 +140,7 @@ def test_a_sweep_waits_for_the_batches_folded_not_for_one_waiting_to_fold(tmp_pa
         held.set_result(None)
         await asyncio.wait_for(sweeping, 5)
         order.append(f"acked {r.acked}")
-        await b.done
+        await b.acked
         return r, order
 
     r, order = asyncio.run(run())
@@ -154,10 +155,10 @@ def test_a_flight_forgets_the_batch_before_it_once_sent(tmp_path: Path) -> None:
         r.outbox.gate().set_result(None)
         a = r.committer.take(first)
         b = r.committer.take(second, a)
-        await b.done
+        await b.acked
         return b
 
-    assert asyncio.run(run()).after is None  # no chain of every batch ever taken
+    assert asyncio.run(run()).before is None  # no chain of every batch ever taken
 
 
 def test_redis_is_written_while_the_records_are_in_flight_and_the_ack_waits_for_both(
@@ -175,7 +176,7 @@ def test_redis_is_written_while_the_records_are_in_flight_and_the_ack_waits_for_
         assert len(r.sink.writes) == 1  # written before the broker confirmed the records
         assert a.cached.done() and not a.delivered.done() and r.acked == []
         held.set_result(None)
-        await a.done
+        await a.acked
         assert r.acked == [0]
 
     asyncio.run(run())
@@ -190,14 +191,14 @@ def test_a_redis_write_still_under_way_holds_the_ack_and_the_next_batch_s_write(
         r.outbox.gate().set_result(None)  # the broker confirms at once
         r.sink.holding = asyncio.get_running_loop().create_future()
         a = r.committer.take(first)
-        await a.sent
+        await a.stored
         b = r.committer.take(second, a)
-        await b.sent
+        await b.stored
         await turns()
         assert a.delivered.done() and b.delivered.done()
         assert r.acked == [] and r.sink.writes == []  # both wait for the first write
         r.sink.holding.set_result(None)
-        await b.done
+        await b.acked
         assert r.acked == [0, 20]
         earlier, later = (dict(w) for w in r.sink.writes)  # in batch order
         assert earlier.keys() == later.keys()
@@ -222,11 +223,11 @@ def test_a_failed_delivery_is_re_sent_and_the_batch_acked_only_once_it_is_confir
         assert len(r.sink.writes) == 1
         again = r.outbox.gate()  # what the re-sending goes out under
         refused.set_exception(ConnectionError("broker gone"))
-        await asyncio.sleep(0.5)  # the re-send's backoff (0.2 s)
-        assert {n for _, _, n in r.outbox.sent} == {0, 1}  # sent twice
+        # Sent again after the re-send's backoff (0.2 s)
+        await until(lambda: {n for _, _, n in r.outbox.sent} == {0, 1}, what="the re-send")
         assert r.acked == [] and not a.delivered.done()
         again.set_result(None)
-        await a.done
+        await a.acked
         assert r.acked == [0] and len(r.sink.writes) == 1
 
     asyncio.run(run())
@@ -283,11 +284,13 @@ def test_a_re_sending_leaves_newer_rows_in_the_store(tmp_path: Path) -> None:
         await b.cached  # its rows are stored, its records wait for the first batch's
         again = r.outbox.gate()
         refused.set_exception(ConnectionError("broker gone"))
-        await asyncio.sleep(0.5)  # the re-send's backoff (0.2 s)
+        # The first batch's records sent again after the re-send's backoff (0.2 s); the
+        # second's wait for their confirmation, so nothing else goes out under ``again``.
+        await until(lambda: any(n == 1 for _, _, n in r.outbox.sent), what="the re-send")
         again.set_result(None)
-        await b.done
+        await b.acked
         c = r.committer.take(third, None)
-        await c.done
+        await c.acked
         return r
 
     resent = asyncio.run(run())

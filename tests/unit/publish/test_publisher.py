@@ -209,12 +209,11 @@ def batch(*sessions: tuple[str, int], junk: int = 0) -> BatchResult:
 
 
 async def publish(publisher: Publisher, result: BatchResult) -> None:
-    """A batch staged, its records out to Kafka and confirmed, then to Redis (the worker
-    writes Redis without waiting for the confirmation: ``stream.app.commit``)."""
-    sending = publisher.stage(result)
-    publisher.dispatch(sending)
-    assert sending.confirmed is not None
-    await sending.confirmed
+    """A batch's updates built, its records out to Kafka and confirmed (re-sent whole as
+    the committer does), then to Redis (the worker writes Redis without waiting for the
+    confirmation, and its rows and their changelog records are its own: ``stream.app.commit``)."""
+    sending = publisher.build(result)
+    await kafka_module.confirmed(lambda: publisher.send(sending), "records of a batch")
     await publisher.cache(sending)
 
 
@@ -236,7 +235,7 @@ def test_publish_delivers_every_record_then_writes_redis() -> None:
     result = batch(("a", 2), ("b", 1), junk=1)
     run(publish(publisher, result))
     kinds = [kind for kind, _ in outbox.log]
-    assert kinds.count("row") == len(result.sessions) + len(result.partitions)
+    assert kinds.count("row") == 0 and outbox.stored == []  # the committer's
     assert kinds.count("update") == len(result.sessions) == 2
     assert kinds.count("dead") == len(result.dead_letters) == 1
     assert journal[-1] == "redis" and journal.count("redis") == 1  # after every delivery
@@ -255,8 +254,8 @@ def test_publish_delivers_every_record_then_writes_redis() -> None:
 
 def test_failed_deliveries_are_re_sent_before_publish_returns(quick_backoff: list[float]) -> None:
     result = batch(("a", 1), ("b", 2), junk=1)
-    # a round: each session's row and update, the partition row, the dead letter
-    per_round = 2 * len(result.sessions) + len(result.partitions) + len(result.dead_letters)
+    # a round: each session's update, the dead letter
+    per_round = len(result.sessions) + len(result.dead_letters)
     outbox = FakeOutbox(fail_first=2 * per_round + 1)  # two whole rounds and one record
     publisher, _, sink = make(outbox)
     run(publish(publisher, result))
