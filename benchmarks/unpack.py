@@ -19,7 +19,7 @@ from aiokafka.record.default_records import (  # type: ignore[import-untyped]
 from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-from stream.app import inflate
+from stream.app import inflate, patches
 
 BATCHES, RECORDS = 20, 500
 
@@ -64,14 +64,15 @@ def _unpack(records: Callable[[bytes], Any], response: bytes) -> float:
 
 
 def main() -> None:
-    inflate.install(inflate.Bounds(4_000_000, 4_000_000))
+    placed = patches.install(patches.Patches(inflate.Bounds.of(4_000_000)))
+    guarded_records = placed["aiokafka.consumer.fetcher", "MemoryRecords"]
     count = BATCHES * RECORDS
     for codec, name in ((0, "uncompressed"), (4, "zstd")):
         response = b"".join(_batch(codec, n * RECORDS) for n in range(BATCHES))
         times: dict[str, list[float]] = {"aiokafka": [], "guarded": []}
         for _ in range(9):
             times["aiokafka"].append(_unpack(MemoryRecords, response))
-            times["guarded"].append(_unpack(inflate.GuardedRecords, response))
+            times["guarded"].append(_unpack(guarded_records, response))
         plain, guarded = min(times["aiokafka"]), min(times["guarded"])
         print(
             f"{name:>12}: {count:,} records in {len(response):,} B:"

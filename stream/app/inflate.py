@@ -4,7 +4,8 @@ A producer may compress a record batch as well as it likes: the broker checks th
 compressed size against ``message.max.bytes``, so a 30 kB zstd batch can hold a 900 MB
 value. aiokafka (0.14.0, pinned) inflates every batch in full before the worker sees a
 byte, and a worker that dies of it on every restart stalls its partitions for good. Two
-things change that, installed once per process by ``install``:
+things change that, made here from one ``Bounds`` (``replacements``) and put in aiokafka's
+modules by ``stream.app.patches.install``:
 
 - **Bounded codecs.** aiokafka's record modules call ``gzip_decode``, ``snappy_decode``,
   ``lz4_decode`` and ``zstd_decode`` by module-global name (the Cython build too);
@@ -13,13 +14,14 @@ things change that, installed once per process by ``install``:
   a bounded read, snappy checks the length each block declares, lz4 inflates block by
   block (Kafka's frames have independent blocks, KIP-57).
 - **A guarded fetch.** The fetcher builds ``MemoryRecords`` from each partition's part of
-  a fetch response; ``GuardedRecords`` wraps it. A batch that would inflate past the
-  limit (or fails to inflate at all) becomes one record at its last offset whose value is
-  ``Unread``: no payload, a reason, the batch's offsets and record count, and a bounded
-  copy of its compressed bytes. The worker dead-letters it (``session.batch``) and the
-  partition moves on. Past ``budget`` inflated bytes in one response the rest of it is
-  left for the next fetch (aiokafka fetches again from the first batch not handed out),
-  so one fetch holds at most ``budget`` plus one batch per partition.
+  a fetch response; ``GuardedRecords`` (the bounds bound in) wraps it. A batch that would
+  inflate past the limit (or fails to inflate at all) becomes one record at its last
+  offset whose value is ``Unread``: no payload, a reason, the batch's offsets and record
+  count, and a bounded copy of its compressed bytes. The worker dead-letters it
+  (``session.batch``) and the partition moves on. Past ``budget`` inflated bytes in one
+  response the rest of it is left for the next fetch (aiokafka fetches again from the
+  first batch not handed out), so one fetch holds at most ``budget`` plus one batch per
+  partition.
 
 Why not a different client: librdkafka leaves gzip, lz4 and snappy unbounded and stalls a
 partition on a zstd bomb, and drives none of Faust's tables (docs/notes/017, 019).
@@ -33,16 +35,6 @@ from typing import Any, Final
 
 import cramjam
 import zstandard
-
-# The modules that name the codecs they call (aiokafka 0.14.0); both builds are patched,
-# whichever one the fetcher runs (aiokafka.util.NO_EXTENSIONS).
-CODEC_MODULES: Final = (
-    "aiokafka.record._crecords.default_records",
-    "aiokafka.record._crecords.legacy_records",
-    "aiokafka.record.default_records",
-    "aiokafka.record.legacy_records",
-)
-FETCHER_MODULE: Final = "aiokafka.consumer.fetcher"  # builds MemoryRecords by this name
 
 CODEC_NAMES: Final = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 COPY_BYTES: Final = 1024  # of the compressed batch, kept in the dead letter as evidence
@@ -190,10 +182,11 @@ class GuardedBatch:
     """A record batch whose records are read within the limit; everything else is the
     batch's own (CRC, control and transaction flags, offsets)."""
 
-    def __init__(self, batch: Any, raw: memoryview, inflated: list[int]) -> None:
+    def __init__(self, batch: Any, raw: memoryview, inflated: list[int], meter: "Meter") -> None:
         self._batch = batch
         self._raw = raw  # the batch as fetched (header and compressed records)
         self._inflated = inflated  # the response's running total, shared
+        self._meter = meter  # what this install's codecs last gave out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batch, name)
@@ -210,7 +203,7 @@ class GuardedBatch:
             return
         # What the codec gave out (an uncompressed batch: its own size), not a sum per record.
         compressed = batch.compression_type
-        self._inflated[0] += _LAST_OUTPUT[0] if compressed else len(self._raw)
+        self._inflated[0] += self._meter.last if compressed else len(self._raw)
         yield from records
 
     def _unread(self, error: Exception) -> UnreadRecord:
@@ -241,18 +234,20 @@ def _record_count(raw: memoryview, batch: Any) -> int:
 
 class GuardedRecords:
     """``MemoryRecords`` of one partition's part of a fetch response: its batches come
-    guarded, and once ``budget`` bytes are inflated the rest waits for the next fetch."""
+    guarded, and once ``budget`` bytes are inflated the rest waits for the next fetch.
+    aiokafka builds it with the buffer alone: ``replacements`` makes the class it is given
+    with this install's budget and meter bound in."""
 
-    budget = 8_000_000  # set by ``install``
-
-    def __init__(self, buffer: Any) -> None:
+    def __init__(self, buffer: Any, budget: int, meter: "Meter") -> None:
         self._unpacked = _memory_records(buffer)
         self._raw = memoryview(buffer)
         self._at = 0  # where the next batch begins: offset (8), length (4), the rest
         self._inflated = [0]
+        self._budget = budget
+        self._meter = meter
 
     def has_next(self) -> bool:
-        return self._inflated[0] < self.budget and bool(self._unpacked.has_next())
+        return self._inflated[0] < self._budget and bool(self._unpacked.has_next())
 
     def next_batch(self) -> Any:
         batch = self._unpacked.next_batch()
@@ -261,7 +256,7 @@ class GuardedRecords:
         at = self._at
         (length,) = struct.unpack_from(">i", self._raw, at + 8)
         self._at = at + 12 + length
-        return GuardedBatch(batch, self._raw[at : self._at], self._inflated)
+        return GuardedBatch(batch, self._raw[at : self._at], self._inflated, self._meter)
 
     def size_in_bytes(self) -> int:
         return int(self._unpacked.size_in_bytes())
@@ -281,31 +276,50 @@ class Bounds:
     limit: int
     budget: int
 
-
-def install(bounds: Bounds) -> None:
-    """Bounded codecs in aiokafka's record modules and the guarded fetch, for this
-    process (every consumer in it; the producer's encoders are untouched)."""
-    import importlib
-
-    for module_name in CODEC_MODULES:
-        module = importlib.import_module(module_name)
-        for name, decoder in DECODERS.items():
-            if hasattr(module, name):
-                setattr(module, name, _bound(decoder, bounds.limit))
-    GuardedRecords.budget = bounds.budget
-    fetcher = importlib.import_module(FETCHER_MODULE)
-    fetcher.MemoryRecords = GuardedRecords  # type: ignore[attr-defined]
+    @classmethod
+    def of(cls, max_inflated_bytes: int) -> "Bounds":
+        """The worker's: ``STREAM_MAX_INFLATED_BYTES`` is both bounds by design (note 017):
+        a batch inflates to at most it, and a partition's part of a fetch stops once it
+        inflated as much, so one fetch holds at most twice it per partition."""
+        return cls(limit=max_inflated_bytes, budget=max_inflated_bytes)
 
 
-# The size of the last batch a bounded codec inflated. One fetch is unpacked at a time, on
-# the consumer's thread; GuardedBatch reads it right after the batch inflated.
-_LAST_OUTPUT = [0]
+class Meter:
+    """How many bytes this install's codecs last gave out. aiokafka calls a codec and
+    keeps its output; the batch that asked reads the size here right after (one fetch is
+    unpacked at a time, on the consumer's thread). One per install, bound into its codecs
+    and its ``GuardedRecords``: nothing of it outlives a re-install."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
 
 
-def _bound(decoder: Callable[[Any, int], bytes], limit: int) -> Callable[[Any], bytes]:
+def replacements(bounds: Bounds) -> dict[str, Any]:
+    """aiokafka's names and what ``stream.app.patches.install`` puts in their place: the
+    bounded codecs (by the name aiokafka's record modules call them) and the guarded
+    ``MemoryRecords`` (by the name the fetcher builds it), sharing one new ``Meter``."""
+    meter = Meter()
+    budget = bounds.budget
+
+    class BoundGuardedRecords(GuardedRecords):
+        def __init__(self, buffer: Any) -> None:
+            super().__init__(buffer, budget, meter)
+
+    made: dict[str, Any] = {
+        name: _bound(decoder, bounds.limit, meter) for name, decoder in DECODERS.items()
+    }
+    made["MemoryRecords"] = BoundGuardedRecords
+    return made
+
+
+def _bound(
+    decoder: Callable[[Any, int], bytes], limit: int, meter: Meter
+) -> Callable[[Any], bytes]:
     def decode(payload: Any) -> bytes:
         out = decoder(payload, limit)
-        _LAST_OUTPUT[0] = len(out)
+        meter.last = len(out)
         return out
 
     decode.__name__ = decoder.__name__
@@ -317,6 +331,7 @@ __all__ = [
     "GuardedBatch",
     "GuardedRecords",
     "InflateLimit",
+    "Meter",
     "Unread",
-    "install",
+    "replacements",
 ]

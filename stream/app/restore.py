@@ -21,7 +21,8 @@ partition recovery does not hold (revoked meanwhile) are left, as Faust leaves t
 A changelog's part of a fetch reaches ``take`` unread (``ChangelogRecords``, one
 ``Fetched``): aiokafka asks for the next part at once instead of after reading every
 record into a ``ConsumerRecord``, and the records are read straight into the write batch
-while it is on its way.
+while it is on its way. ``replacements`` makes the class aiokafka's fetcher is given,
+the changelogs bound in; ``stream.app.patches.install`` gives it.
 
 The writes run on a thread of their own (RocksDB lets go of the GIL while it writes), in
 the order they were taken, up to ``IN_FLIGHT`` at a time: the drain loop goes on to the
@@ -131,12 +132,11 @@ class ChangelogRecords(fetcher.PartitionRecords):  # type: ignore[misc]
     aborted transaction in the part (records to leave out). The worker never writes its
     changelogs in transactions: read committed, they stay in bulk (docs/notes/025)."""
 
-    topics: frozenset[str] = frozenset()  # the changelogs restored in bulk (``install``)
     next_fetch_offset: int  # aiokafka's: where the partition's next fetch begins
 
-    def __init__(self, tp: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, topics: frozenset[str], tp: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(tp, *args, **kwargs)
-        if tp.topic in self.topics and not (
+        if tp.topic in topics and not (
             self._isolation_level == fetcher.READ_COMMITTED and self._aborted_transactions
         ):
             self._records_iterator = self._unread()
@@ -154,6 +154,24 @@ class ChangelogRecords(fetcher.PartitionRecords):  # type: ignore[misc]
             first = self.next_fetch_offset
             self.next_fetch_offset = max(first, batches[-1].next_offset)
             yield Fetched(batches, first, self._check_crcs)
+
+
+def changelog_records(topics: Iterable[str]) -> type[ChangelogRecords]:
+    """``ChangelogRecords`` as aiokafka's fetcher builds ``PartitionRecords`` (without the
+    topics), the changelogs ``topics`` restored in bulk bound in."""
+    bulk = frozenset(topics)
+
+    class BoundChangelogRecords(ChangelogRecords):
+        def __init__(self, tp: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(bulk, tp, *args, **kwargs)
+
+    return BoundChangelogRecords
+
+
+def replacements(changelogs: Iterable[str]) -> dict[str, Any]:
+    """aiokafka's name and what ``stream.app.patches.install`` puts in its place: the
+    fetcher's ``PartitionRecords``, handing ``changelogs``' parts over unread."""
+    return {"PartitionRecords": changelog_records(changelogs)}
 
 
 def records_of(fetch: Sequence[Any]) -> Iterable[Any]:
@@ -330,13 +348,21 @@ def install(
     app: Any, table: SessionTable, observe: Callable[[Any], None] | None = None
 ) -> BulkRestore:
     """Have the consumer (``stream.app.fetch``) hand ``table``'s changelog over in bulk;
-    ``observe`` is given Faust's recovery while it runs (the restore gauges)."""
+    ``observe`` is given Faust's recovery while it runs (the restore gauges). Its parts
+    of a fetch come unread once ``stream.app.patches.install`` is given the changelog
+    (``table.changelog``); before, as aiokafka's records (``records_of`` takes both)."""
     restore = BulkRestore(app, table, observe)
     app.transport.changelogs = {table.changelog: restore}
-    ChangelogRecords.topics = frozenset(app.transport.changelogs)
-    fetcher.PartitionRecords = ChangelogRecords  # the fetcher builds them by this name
     app.on_partitions_revoked.connect(restore.on_revoked)
     return restore
 
 
-__all__ = ["BulkRestore", "ChangelogRecords", "as_consumer_record", "install", "write_batch"]
+__all__ = [
+    "BulkRestore",
+    "ChangelogRecords",
+    "as_consumer_record",
+    "changelog_records",
+    "install",
+    "replacements",
+    "write_batch",
+]

@@ -27,7 +27,7 @@ import faust
 from faust.types import TP
 
 from stream import native
-from stream.app import batching, fetch, inflate, restore
+from stream.app import batching, fetch, inflate, patches, restore
 from stream.app.claims import Claims
 from stream.app.commit import Committer, Parts
 from stream.app.expiry import Expiry
@@ -362,7 +362,6 @@ def assemble(
         consumer_thread=settings.consumer_thread,
         isolation_level=settings.isolation_level,
     )
-    inflate.install(inflate.Bounds(settings.max_inflated_bytes, settings.max_inflated_bytes))
     source = app.topic(settings.input_topic, partitions=partitions, **RAW)  # 2
     table = SessionTable(app, partitions, settings.rocksdb_write_buffer, settings.keep_records)
     outbox = Outbox(BatchSender(app), table, settings.output_topic, settings.dlq_topic)  # 3
@@ -370,6 +369,9 @@ def assemble(
     transport.record_age = stats.record_age.labels("fetched").observe
     transport.leaving = lambda: settings.leave_on_stop  # a static member's SIGTERM (note 027)
     restore.install(app, table, stats.observe_recovery)  # the changelog restored in bulk
+    # aiokafka's codecs and record classes, bounded and the changelog in bulk (note 017, 021)
+    bounds = inflate.Bounds.of(settings.max_inflated_bytes)
+    patches.install(patches.Patches(bounds, frozenset({table.changelog})))
     stats.control_problem = "; ".join(control_problems)[:500]
     claims = Claims(settings, stats)  # 5
 

@@ -1,4 +1,5 @@
-"""Compressed input is inflated within bounds (``stream.app.inflate``).
+"""Compressed input is inflated within bounds (``stream.app.inflate``, put in aiokafka's
+modules by ``stream.app.patches``).
 
 Batches are built with aiokafka's own builder and encoders (what a producer sends) and read
 back through aiokafka's own ``MemoryRecords``, so the bounded decoders are checked against
@@ -22,8 +23,9 @@ from aiokafka.record.default_records import (  # type: ignore[import-untyped]
 )
 from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-from stream.app import inflate
+from stream.app import inflate, patches
 from stream.app.inflate import GuardedRecords, InflateLimit, Unread
+from stream.app.internals import PATCHED
 
 LIMIT = 1_000_000
 CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -96,10 +98,11 @@ def _batch(codec: int, base: int, values: list[bytes], key: bytes | None = b"s")
 def _read(response: bytes, budget: int = 10**9) -> tuple[list[Any], int]:
     """The records aiokafka's fetcher hands out of one partition's response, and the
     offset it fetches from next."""
-    inflate.install(inflate.Bounds(limit=LIMIT, budget=budget))
+    placed = patches.install(patches.Patches(inflate.Bounds(limit=LIMIT, budget=budget)))
+    guarded = placed["aiokafka.consumer.fetcher", "MemoryRecords"]
     records = PartitionRecords(
         TopicPartition("in", 0),
-        GuardedRecords(response),
+        guarded(response),
         [],
         0,
         None,
@@ -157,17 +160,44 @@ def test_the_budget_leaves_the_rest_of_a_response_for_the_next_fetch() -> None:
 
 
 def test_install_reaches_every_name_aiokafka_calls() -> None:
-    """The names ``install`` replaces exist in the pinned aiokafka (an upgrade that moves
-    them fails here, not in production)."""
+    """The names the patch point replaces exist in the pinned aiokafka (an upgrade that
+    moves them fails here, not in production), and each holds this module's code."""
     import importlib
 
-    inflate.install(inflate.Bounds(limit=LIMIT, budget=LIMIT))
-    fetcher = importlib.import_module(inflate.FETCHER_MODULE)
-    assert fetcher.MemoryRecords is GuardedRecords
-    for name in inflate.CODEC_MODULES:
+    patches.install(patches.Patches(inflate.Bounds(limit=LIMIT, budget=LIMIT)))
+    fetcher = importlib.import_module("aiokafka.consumer.fetcher")
+    assert issubclass(fetcher.MemoryRecords, GuardedRecords)
+    for name, names in PATCHED.items():
         module = importlib.import_module(name)
-        found = [n for n in inflate.DECODERS if hasattr(module, n)]
-        assert found, name
-        for decoder in found:
+        for decoder in (n for n in names if n.endswith("_decode")):
             assert getattr(module, decoder).__module__ == inflate.__name__, (name, decoder)
-    assert hasattr(importlib.import_module(inflate.CODEC_MODULES[0]), "zstd_decode")
+    assert "zstd_decode" in PATCHED["aiokafka.record._crecords.default_records"]
+
+
+def test_installing_again_with_other_bounds_leaves_nothing_of_the_last() -> None:
+    """Re-installable: each install's codecs and records carry their own bounds (nothing
+    is kept on a class or in a module global), the last one installed is what runs."""
+    response = b"".join(_batch(4, i, [b"v" * 400_000]) for i in range(5))
+    assert [r.offset for r in _read(response, budget=1_000_000)[0]] == [0, 1, 2]
+    assert [r.offset for r in _read(response)[0]] == [0, 1, 2, 3, 4]
+    assert [r.offset for r in _read(response, budget=500_000)[0]] == [0, 1]
+    small = patches.install(patches.Patches(inflate.Bounds.of(300_000)))
+    records = list(
+        PartitionRecords(
+            TopicPartition("in", 0),
+            small["aiokafka.consumer.fetcher", "MemoryRecords"](response),
+            [],
+            0,
+            None,
+            None,
+            True,
+            "read_uncommitted",
+        )
+    )
+    # each batch past this install's limit; an unread batch inflated nothing of the budget
+    assert [type(r.value) for r in records] == [Unread] * 5
+    assert "inflates past 300,000 bytes" in records[0].value.reason
+
+
+def test_one_setting_is_both_bounds() -> None:
+    assert inflate.Bounds.of(4_000_000) == inflate.Bounds(limit=4_000_000, budget=4_000_000)

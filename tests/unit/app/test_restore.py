@@ -156,10 +156,10 @@ def test_a_changelogs_part_of_a_fetch_comes_unread_and_others_as_consumer_record
     from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
     from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-    from stream.app.restore import ChangelogRecords, Fetched, as_consumer_record, records_of
+    from stream.app.restore import Fetched, as_consumer_record, changelog_records, records_of
 
     data = uncompressed_batches([[(b"a", b"1"), (b"b", None)], [(b"c", b"3")]])
-    ChangelogRecords.topics = frozenset({TOPIC})
+    ChangelogRecords = changelog_records({TOPIC})
     changelog, other = TopicPartition(TOPIC, 2), TopicPartition("input", 2)
     # Fetched from offset 1: the broker sends the whole batch that holds it.
     part = ChangelogRecords(changelog, MemoryRecords(data), [], 1, None, None, True, 0)
@@ -184,7 +184,7 @@ def test_read_committed_keeps_a_changelog_in_bulk_unless_a_part_holds_an_aborted
     from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
     from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-    from stream.app.restore import ChangelogRecords, Fetched, records_of
+    from stream.app.restore import Fetched, changelog_records, records_of
 
     def batch(base: int, key: bytes, producer: int) -> bytes:
         """One record; ``producer`` >= 0: a transactional write of that producer id."""
@@ -197,7 +197,7 @@ def test_read_committed_keeps_a_changelog_in_bulk_unless_a_part_holds_an_aborted
         struct.pack_into(">q", built, 0, base)
         return bytes(built)
 
-    ChangelogRecords.topics = frozenset({TOPIC})
+    ChangelogRecords = changelog_records({TOPIC})
     tp = TopicPartition(TOPIC, 0)
     # Our own changelog: no transaction, nothing aborted: in bulk, as read uncommitted.
     plain = batch(0, b"a", -1) + batch(1, b"b", -1)
@@ -219,11 +219,11 @@ def test_a_corrupt_batch_of_a_changelog_is_refused_when_read() -> None:
     from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
     from aiokafka.structs import TopicPartition  # type: ignore[import-untyped]
 
-    from stream.app.restore import ChangelogRecords, records_of
+    from stream.app.restore import changelog_records, records_of
 
     data = bytearray(uncompressed_batches([[(b"a", b"row")]]))
     data[-4] ^= 0xFF  # a bit of the row's bytes flipped on the way
-    ChangelogRecords.topics = frozenset({TOPIC})
+    ChangelogRecords = changelog_records({TOPIC})
     tp = TopicPartition(TOPIC, 0)
     part = ChangelogRecords(tp, MemoryRecords(bytes(data)), [], 0, None, None, True, 0)
     with pytest.raises(CorruptRecordException):
