@@ -1,5 +1,6 @@
 """Settings from the environment (``stream.config``; the README's configuration table)."""
 
+import ast
 import dataclasses
 import os
 import re
@@ -113,11 +114,17 @@ TESTED = set(STRINGS) | set(PARSED) | set(INTEGERS) | FLOATS | FLAGS | OTHERS
 
 
 def variables_read() -> set[str]:
-    source = "".join(
-        (ROOT / "stream" / name).read_text(encoding="utf-8")
-        for name in ("config.py", "kafka_security.py")
-    )
-    return set(re.findall(r'"((?:KAFKA|STREAM|REDIS)_[A-Z0-9_]+)"', source))
+    """The variable names among the string constants of the modules that read them (their
+    syntax tree, not their text)."""
+    name = re.compile(r"(?:KAFKA|STREAM|REDIS)_[A-Z0-9_]+")
+    return {
+        node.value
+        for module in ("config.py", "kafka_security.py")
+        for node in ast.walk(ast.parse((ROOT / "stream" / module).read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and name.fullmatch(node.value)
+    }
 
 
 def test_every_variable_the_code_reads_is_tested_here() -> None:
