@@ -7,7 +7,6 @@ import asyncio
 import io
 import logging
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from stream.app import backoff as app_backoff
 from stream.app import producer as app_producer
 from stream.app.worker import assemble
 from stream.config import Settings
+from tests.waiting import until
 
 BACKOFF_MS = 100
 
@@ -49,29 +49,32 @@ def _stranded_producer(port: int, backoff: bool) -> Any:
     return producer
 
 
-async def _metadata_attempts(port: int, backoff: bool, seconds: float) -> int:
-    """How many metadata updates aiokafka's sender asks for in ``seconds``."""
+async def _time_to_attempts(port: int, backoff: bool, attempts: int, timeout: float) -> float:
+    """How long aiokafka's sender takes to ask for ``attempts`` metadata updates (it
+    fails after ``timeout`` s)."""
     producer = _stranded_producer(port, backoff)
     client = producer.client
-    attempts = 0
+    count = 0
     update = client._metadata_update
 
     async def counted(*args: Any) -> bool:
-        nonlocal attempts
-        attempts += 1
+        nonlocal count
+        count += 1
         result: bool = await update(*args)
         return result
 
     client._metadata_update = counted
     await producer._message_accumulator.add_message(TopicPartition("t", 0), None, b"v", 5.0)
+    loop = asyncio.get_running_loop()
     await producer._sender.start()
+    started = loop.time()
     try:
-        await asyncio.sleep(seconds)
+        await until(lambda: count >= attempts, timeout, f"{attempts} metadata attempts")
+        return loop.time() - started
     finally:
         await producer._sender.close()
         await client.close()
         producer._closed = True  # never started: nothing else to stop
-    return attempts
 
 
 @pytest.fixture
@@ -86,26 +89,28 @@ def quiet_aiokafka_logs() -> Iterator[None]:
 
 @pytest.mark.usefixtures("quiet_aiokafka_logs")
 def test_stock_sender_spins_on_an_unknown_leader(closed_port: int) -> None:
-    """The bug, as aiokafka 0.14 has it: hundreds of attempts in a quarter second. (If
-    this fails after an aiokafka upgrade, the upgrade may have fixed it: see
-    ``BackoffClient``.)"""
-    attempts = asyncio.run(_metadata_attempts(closed_port, backoff=False, seconds=0.25))
-    assert attempts > 100
+    """The bug, as aiokafka 0.14 has it: attempts without a pause (a few hundred in a
+    quarter second on an idle machine). A hundred come well before a backoff of
+    ``BACKOFF_MS`` between them would allow (10 s). (If this fails after an aiokafka
+    upgrade, the upgrade may have fixed it: see ``BackoffClient``.)"""
+    asyncio.run(_time_to_attempts(closed_port, backoff=False, attempts=100, timeout=5.0))
 
 
 @pytest.mark.usefixtures("quiet_aiokafka_logs")
 def test_backoff_sender_waits_between_metadata_attempts(closed_port: int) -> None:
     """With the backoff client: at most one attempt per ``retry_backoff_ms`` (and it keeps
     trying, so the broker's return is noticed within one backoff)."""
-    seconds = 1.0
-    attempts = asyncio.run(_metadata_attempts(closed_port, backoff=True, seconds=seconds))
-    assert 5 <= attempts <= seconds / (BACKOFF_MS / 1000) + 1
+    attempts = 6
+    took = asyncio.run(_time_to_attempts(closed_port, backoff=True, attempts=attempts, timeout=10))
+    # The first at once, then one per backoff at most (the loop's timers may fire up to
+    # its clock resolution early).
+    assert took >= (attempts - 1) * BACKOFF_MS / 1000 * 0.95
 
 
 def test_a_failed_update_resolves_after_the_backoff_a_good_one_at_once(
     closed_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def timed(result: bool) -> float:
+    def client_whose_update(result: bool) -> Any:
         async def update(self: Any, cluster_metadata: Any, topics: Any) -> bool:
             return result
 
@@ -114,12 +119,26 @@ def test_a_failed_update_resolves_after_the_backoff_a_good_one_at_once(
             AIOKafkaClient(bootstrap_servers=f"127.0.0.1:{closed_port}", retry_backoff_ms=100)
         )
         assert isinstance(client, app_backoff.BackoffClient)
-        started = time.monotonic()
-        assert await client._metadata_update(client.cluster, set()) is result
-        return time.monotonic() - started
+        return client
 
-    assert 0.09 <= asyncio.run(timed(False)) < 0.5
-    assert asyncio.run(timed(True)) < 0.05
+    async def failed() -> float:
+        client = client_whose_update(False)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await asyncio.wait_for(client._metadata_update(client.cluster, set()), 5) is False
+        return loop.time() - started
+
+    async def good() -> bool:
+        # At once: the update's coroutine completes without giving the loop a turn.
+        client = client_whose_update(True)
+        update = client._metadata_update(client.cluster, set())
+        with pytest.raises(StopIteration) as done:
+            update.send(None)
+        result: bool = done.value.value
+        return result
+
+    assert asyncio.run(failed()) >= 0.09  # the backoff (the loop's timers may fire a hair early)
+    assert asyncio.run(good()) is True
 
 
 def test_the_worker_builds_both_clients_with_backoff(tmp_path: Path) -> None:

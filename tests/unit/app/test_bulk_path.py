@@ -18,6 +18,7 @@ from stream.app.monitor import LeanMonitor
 from stream.app.table import RAW
 from stream.app.worker import assemble
 from stream.config import Settings
+from tests.waiting import until
 
 # --- batches ------------------------------------------------------------------------------------
 
@@ -43,6 +44,7 @@ class FakeApp:
     active: bool = True
     consumer_generation_id: int = 1
     tracked: list[Any] = field(default_factory=list)  # the batches tracked, in order
+    acquiring: int = 0  # waits on the flow begun
 
     def __post_init__(self) -> None:
         app = self
@@ -59,8 +61,8 @@ class FakeApp:
                 return app.active
 
             async def acquire(self) -> None:
-                while not app.active:
-                    await asyncio.sleep(0.001)
+                app.acquiring += 1
+                await until(lambda: app.active, what="the flow to resume")
 
         class Topics:
             acking_topics = frozenset({"in"})
@@ -73,12 +75,23 @@ class FakeApp:
         self.monitor = MonitorStub()
 
 
+class WatchedQueue(ThrowableQueue[Any]):
+    """The agent's queue, saying when the agent waits on it for more."""
+
+    waiting = 0
+
+    async def get(self) -> Any:
+        self.waiting += 1
+        try:
+            return await super().get()
+        finally:
+            self.waiting -= 1
+
+
 class FakeChannel:
     def __init__(self, flow: FlowControlEvent | None = None) -> None:
         flow = flow or FlowControlEvent(initially_suspended=False)
-        self.queue: ThrowableQueue[Any] = ThrowableQueue(
-            maxsize=100, flow_control=flow, clear_on_resume=True
-        )
+        self.queue = WatchedQueue(maxsize=100, flow_control=flow, clear_on_resume=True)
         self.flow = flow
 
     def __aiter__(self) -> "FakeChannel":
@@ -195,7 +208,7 @@ def test_messages_taken_while_the_flow_is_suspended_wait_for_it_and_keep_their_g
         _put(stream.channel.queue, _messages(2, generation=1))
         _put(stream.channel.queue, _messages(1, generation=2, start=2))
         pending = asyncio.ensure_future(anext(batching.batches(stream, 10)))
-        await asyncio.sleep(0.01)
+        await until(lambda: app.acquiring, what="the batch to wait for the flow")
         assert not pending.done()  # held while the flow is suspended
         app.consumer_generation_id = 2  # the rebalance that suspended it moved on
         app.active = True
@@ -211,7 +224,8 @@ def test_resuming_flow_control_does_not_drop_queued_messages() -> None:
         stream = FakeStream(app, FakeChannel(flow))
         taken = batching.batches(stream, 10)
         first = asyncio.ensure_future(anext(taken))
-        await asyncio.sleep(0)  # the agent holds its queue now
+        queue = stream.channel.queue
+        await until(lambda: queue.waiting, what="the agent to hold its queue and wait on it")
         _put(stream.channel.queue, _messages(1))
         await first
         _put(stream.channel.queue, _messages(2, start=1))
@@ -362,7 +376,8 @@ def test_waiting_messages_of_an_older_generation_are_dropped() -> None:
         first = await anext(taken)
         app.consumer_generation_id = 2  # a rebalance: partitions 1 and 2 are fetched again
         second = asyncio.ensure_future(anext(taken))
-        await asyncio.sleep(0.01)
+        queue = stream.channel.queue
+        await until(lambda: queue.waiting, what="the stale messages dropped, the agent waiting")
         assert not second.done()  # nothing of the current generation is waiting
         _put(stream.channel.queue, [FakeMessage("in", 2, 0, generation_id=2, key=b"a")])
         return [first, await asyncio.wait_for(second, 1)], len(app.tracked)
