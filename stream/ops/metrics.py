@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,7 @@ class Metrics:
     # Control records refused (unreadable, not one step above the last) or a control topic
     # recreated untrustworthy while the worker runs: said loudly, never applied.
     control_problem: str = ""
+    clock: Callable[[], float] = time.time  # for ages from event and record times (tests: fake)
 
     @classmethod
     def create(cls, settings: Settings) -> "Metrics":
@@ -330,7 +331,7 @@ class Metrics:
             self.quarantined.inc(result.quarantined)
         for message in messages:
             self.positions[message.partition] = message.offset + 1
-        now = time.time()
+        now = self.clock()
         if stamp:
             self.produce_to_redis.observe(max(0.0, now - stamp))
         for change in result.sessions:
@@ -342,7 +343,7 @@ class Metrics:
         """A record's age at ``step`` (``stamp``: its Kafka timestamp, s; a clock ahead
         counts as 0)."""
         if stamp:
-            self.record_age.labels(step).observe(max(0.0, time.time() - stamp))
+            self.record_age.labels(step).observe(max(0.0, self.clock() - stamp))
 
     def observe_loop_cpu(self, fold: float, kafka: float, redis: float | None) -> None:
         """The loop thread's CPU seconds during a batch's fold, Kafka delivery and Redis
