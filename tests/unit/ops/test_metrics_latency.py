@@ -1,6 +1,5 @@
 """The worker's end-to-end latency from event time, rebalances and restore progress."""
 
-import time
 from typing import Any
 
 import orjson
@@ -9,11 +8,13 @@ from stream.config import Settings
 from stream.ops.metrics import Metrics
 from stream.session.batch import Message, fold_batch
 from stream.testing import events as build
+from tests.waiting import FakeClock
 
 
 def test_every_published_update_observes_its_latest_event_time() -> None:
     m = Metrics.create(Settings())
-    now_ms = int(time.time() * 1000)
+    now_ms = 1_800_000_000_000
+    m.clock = FakeClock(now_ms / 1000)  # the ages do not depend on how long the test takes
     old = [build.user_message(0, build.texts("x"), time=now_ms - 120_000)]
     new = [build.user_message(0, build.texts("y"), time=now_ms - 2_000)]
     ahead = [build.user_message(0, build.texts("z"), time=now_ms + 3_600_000)]
