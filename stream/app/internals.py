@@ -97,8 +97,7 @@ RELIED_ON: Final[dict[str, str]] = {
     "_new_changelog_topic": "faust Collection: called, a changelog topic with our settings (table)",
 }
 
-# Module-level names replaced at start-up (``stream.app.inflate.install``,
-# ``stream.app.restore.install``).
+# Module-level names replaced at start-up (``stream.app.patches.install``).
 PATCHED: Final[dict[str, tuple[str, ...]]] = {
     "aiokafka.consumer.fetcher": ("MemoryRecords", "PartitionRecords"),
     "aiokafka.record._crecords.default_records": (
