@@ -39,6 +39,7 @@ from stream.session import codec
 from stream.session.batch import PARTITION_KEY, BatchResult, DeadLetter, Message, fold_batch
 from stream.session.processor import update
 from stream.testing import events as build
+from tests.waiting import until
 
 T = TypeVar("T")
 TOPIC = "events"
@@ -362,8 +363,7 @@ def test_a_full_queue_holds_batches_until_redis_drains_it() -> None:
         sink.fail = rx.ConnectionError("down")
         await publisher.write_redis([su("a", 0)], [])
         held = asyncio.ensure_future(publisher.write_redis([su("b", 0), su("c", 0)], []))
-        for _ in range(20):
-            await asyncio.sleep(0.001)
+        await until(lambda: sink.attempts >= 3, what="the drain retrying")
         assert not held.done()  # three sessions pending, more than max_pending
         sink.fail = None
         await asyncio.wait_for(held, 5.0)
@@ -415,13 +415,10 @@ def test_a_permanent_error_while_draining_stops_the_drain() -> None:
         sink.fail = rx.ConnectionError("down")
         await publisher.write_redis([su("a", 0)], [])
         sink.fail = rx.ResponseError("NOPERM this user has no permissions")
-        for _ in range(50):
-            await asyncio.sleep(0.001)
-            if seen:
-                break
-        attempts = sink.attempts
-        await asyncio.sleep(0.01)
-        assert sink.attempts == attempts  # the drain stopped; it does not loop on it
+        writer = publisher.queue._writer
+        assert writer is not None
+        await until(writer.done, what="the drain to stop")  # it does not loop on it
+        assert seen
         return await publisher.flush(0.01)
 
     assert run(scenario()) is False
@@ -574,12 +571,9 @@ def test_redis_refusing_writes_queues_and_retries_until_it_accepts(
         sink.fail = in_pipeline(reply(text), "ctx:session:a")
         await publish(publisher, batch(("a", 2), ("b", 1)))  # returns: nothing raised
         await publisher.write_redis([su("c", 0)], [])  # queued behind
-        for _ in range(200):
-            await asyncio.sleep(0.001)
-            if sink.attempts >= 6:
-                break
+        # The writer keeps retrying, backing off.
+        await until(lambda: sink.attempts >= 6, what="six attempts")
         state = publisher.state
-        assert sink.attempts >= 6  # the writer keeps retrying, backing off
         assert state.retrying and state.reason == kind and state.oom == (kind == "oom")
         assert state.pending == 3 and set(publisher.queue._pending) == {"a", "b", "c"}
         assert text.split(" ", 1)[1][:20] in state.last_error
@@ -607,14 +601,11 @@ def test_an_outage_that_turns_into_oom_is_logged_again_and_labelled_oom(
     async def scenario() -> None:
         sink.fail = rx.ConnectionError("connection refused")
         await publisher.write_redis([su("a", 0)], [])
-        await asyncio.sleep(0.01)
+        await until(lambda: sink.attempts >= 2, what="the drain's first retry")
         assert publisher.state.reason == "connection" and not publisher.state.oom
         sink.fail = reply(OOM_REPLY)  # back, but full
-        for _ in range(100):
-            await asyncio.sleep(0.001)
-            if publisher.state.oom:
-                break
-        assert publisher.state.oom and publisher.state.retrying
+        await until(lambda: publisher.state.oom, what="the outage labelled oom")
+        assert publisher.state.retrying
         sink.fail = None
         assert await publisher.flush(5.0)
 
@@ -664,24 +655,29 @@ def test_the_byte_bound_holds_batches_and_lets_them_go_at_low_water(
         first = asyncio.ensure_future(
             publisher.write_redis([su(f"s{i:02}", 0) for i in range(1, 10)], [])
         )
-        await asyncio.sleep(0.01)
-        assert first.done()  # ten entries: at the bound, not past it
+        await until(first.done, what="ten entries: at the bound, not past it")
         held = asyncio.ensure_future(publisher.write_redis([su("s10", 0)], []))
-        await asyncio.sleep(0.01)
-        assert not held.done() and publisher.state.pending_bytes == 11 * cost  # past it
+        await until(lambda: publisher.state.pending_bytes == 11 * cost, what="s10 queued")
+        assert not held.done()  # past the bound
         sink.gate = asyncio.Semaphore(0)
         sink.fail = None  # Redis is back; each write waits for a permit
         later = asyncio.ensure_future(publisher.write_redis([su("s11", 0)], []))
-        await asyncio.sleep(0.01)
+        await until(lambda: "s11" in publisher.queue._pending, what="s11 queued")
         assert not later.done()  # under the bound again but not at low water: held too
-        seen = []
+        room = publisher.queue._room
+        seen: list[int] = []
         while not held.done():
+            before = publisher.state.pending
             sink.gate.release()
-            await asyncio.sleep(0.01)
+            # One write of two; once under low water, the held batch goes on.
+            await until(
+                lambda b=before: publisher.state.pending < b and (held.done() or not room.is_set()),
+                what="one write of the drain",
+            )
             seen.append(publisher.state.pending)
             assert publisher.state.pending_bytes == queued_bytes(publisher)
             assert len(seen) < 10
-        assert later.done()
+        await until(later.done, what="the later batch let go with it")
         # twelve queued, two per write: let go at half the byte bound, not when empty
         assert seen == [10, 8, 6, 4]
         assert publisher.state.pending_bytes == 4 * cost <= publisher.max_pending_bytes // 2
@@ -702,17 +698,17 @@ def test_the_session_bound_lets_batches_go_at_half_of_it(monkeypatch: pytest.Mon
         sink.fail = rx.ConnectionError("down")
         await publisher.write_redis([su("a", 0)], [])
         held = asyncio.ensure_future(publisher.write_redis([su(s, 0) for s in "bcde"], []))
-        await asyncio.sleep(0.01)
+        await until(lambda: publisher.state.pending == 5, what="b-e queued")
         assert not held.done()  # five sessions: past four
         sink.gate = asyncio.Semaphore(0)
         sink.fail = None
         for left in (4, 3):
             sink.gate.release()
-            await asyncio.sleep(0.01)
+            await until(lambda n=left: publisher.state.pending <= n, what="one write")
             assert publisher.state.pending == left and not held.done()
         sink.gate.release()
-        await asyncio.sleep(0.01)
-        assert publisher.state.pending == 2 and held.done()  # half of four
+        await until(held.done, what="the held batch let go")
+        assert publisher.state.pending == 2  # half of four
         sink.gate.release()
         sink.gate.release()
         assert await publisher.flush(5.0)
