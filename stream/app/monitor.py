@@ -1,9 +1,44 @@
-"""Faust's monitor without its per-message and per-send bookkeeping (``LeanMonitor``)."""
+"""What the worker reads off Faust for its operators: the lean monitor, and the consumer's
+positions as plain values for the metrics (``stream.ops.metrics`` never reads Faust).
+
+``LeanMonitor`` is Faust's monitor without its per-message and per-send bookkeeping.
+``positions`` reads the committed offsets and high-water marks of the input partitions
+the member holds, ``recovery`` Faust's table recovery. ``positions`` reads two private
+names of Faust (``stream.app.internals`` lists them, the pin test checks them on their
+owners) without fallbacks, so a rename fails loudly here instead of turning the lag and
+stall figures quietly to nothing.
+"""
 
 import time
 from typing import Any
 
 from faust.sensors.monitor import Monitor
+
+from stream.ops.metrics import Position
+
+
+def positions(app: Any, topic: str) -> dict[int, Position] | None:
+    """``topic``'s partitions this member holds actively (by number): the committed offset
+    and the high-water mark of each whose high-water mark is known. None while the app
+    has no consumer yet (``app.consumer`` would make one)."""
+    consumer = app._consumer
+    if consumer is None:
+        return None
+    committed = consumer._committed_offset
+    out: dict[int, Position] = {}
+    for tp in list(app.assignor.assigned_actives()):
+        if tp.topic != topic:
+            continue
+        high = consumer.highwater(tp)
+        if high is not None:
+            out[tp.partition] = Position(committed.get(tp), high)
+    return out
+
+
+def recovery(app: Any) -> Any:
+    """Faust's table recovery (made on first use; ``TableManagerT`` does not type it): the
+    metrics' restore gauges read it (``Metrics.observe_recovery``)."""
+    return app.tables.recovery
 
 
 class LeanMonitor(Monitor):

@@ -31,7 +31,7 @@ from stream.app import batching, fetch, inflate, patches, restore
 from stream.app.claims import Claims
 from stream.app.commit import Committer, Parts
 from stream.app.expiry import Expiry
-from stream.app.monitor import LeanMonitor
+from stream.app.monitor import LeanMonitor, positions, recovery
 from stream.app.producer import BatchSender, Outbox
 from stream.app.table import RAW, SessionTable
 from stream.config import Settings
@@ -322,7 +322,7 @@ class Worker:
         @app.timer(interval=10.0)  # type: ignore[untyped-decorator]
         async def _report() -> None:
             log.info("totals %s", self.ledger.totals.as_dict())
-            stats.refresh(app, self.table, settings)
+            stats.refresh(settings, positions(app, settings.input_topic), recovery(app))
 
         @app.on_before_shutdown.connect
         def _final(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:

@@ -174,6 +174,8 @@ class CappedSite(web.BaseSite):
         backlog: int = 128,
     ) -> None:
         super().__init__(runner, backlog=backlog)
+        # Kept here, not read back from BaseSite's private slots.
+        self.runner, self.backlog = runner, backlog
         self.host, self.port, self.cap, self.per_address = host, port, cap, per_address
         self.open = 0
         self.addresses: dict[str, int] = {}
@@ -213,10 +215,12 @@ class CappedSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        server = self._runner.server
+        server = self.runner.server
         assert server is not None
+        # BaseSite's slot for the listening server (aiohttp 3.14.5, pinned): its stop()
+        # closes it and the runner's addresses read it (stream.app.internals lists it).
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Counted(self, server), self.host, self.port, backlog=self._backlog
+            lambda: _Counted(self, server), self.host, self.port, backlog=self.backlog
         )
 
 

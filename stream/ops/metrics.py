@@ -12,10 +12,10 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from prometheus_client import (
@@ -36,6 +36,17 @@ from stream.session.expiry import SweepResult
 from stream.session.partition import PartitionRow
 
 log = logging.getLogger("stream.metrics")
+
+
+class Position(NamedTuple):
+    """Where the consumer stands in one input partition, as the worker reads it from its
+    consumer (``stream.app.monitor.positions``) and hands it to ``Metrics.refresh``."""
+
+    committed: int | None  # the committed offset: the next record to read (None: never)
+    high: int  # the high-water mark: the offset the next record written gets
+
+
+Positions = Mapping[int, Position]  # by partition number
 
 # Event types are input: only the ones the folds know get their own label value.
 _KNOWN_TYPES = frozenset(READ_TYPES) | {"session/start", "turn/start", "turn/end"}
@@ -380,30 +391,24 @@ class Metrics:
         if sweep.row:  # empty: the partition row was not written (nothing newly retired)
             census.observe_partition(sweep.partition, PartitionRow.decode(sweep.row))
 
-    def refresh(self, app: Any, table: Any, settings: Settings) -> None:
-        """Gauges read on a timer (cheap enough every 10 s)."""
+    def refresh(
+        self, settings: Settings, positions: "Positions | None", recovery: Any = None
+    ) -> None:
+        """Gauges read on a timer (cheap enough every 10 s): ``positions`` are the input's
+        partitions this member holds (``stream.app.monitor.positions``; None: no consumer
+        yet), ``recovery`` Faust's table recovery."""
         self.assigned_partitions.set(len(self.assigned))
         self.rocksdb_bytes.set(_size(Path(settings.state_dir)))
-        self.observe_recovery(getattr(getattr(app, "tables", None), "recovery", None))
-        consumer = getattr(app, "_consumer", None)
-        if consumer is None:
+        self.observe_recovery(recovery)
+        if positions is None:
             return
-        committed_offsets = getattr(consumer, "_committed_offset", {})
         now = time.monotonic()
-        seen = set()
-        for tp in list(getattr(app.assignor, "assigned_actives", lambda: [])()):
-            if tp.topic != settings.input_topic:
-                continue
-            high = consumer.highwater(tp)
-            if high is None:
-                continue
-            committed = committed_offsets.get(tp)
+        for partition, (committed, high) in positions.items():
             done = 0 if committed is None else committed  # committed: the next to read
-            position = self.positions.get(tp.partition, done)
-            self.lag.labels(str(tp.partition)).set(max(0, high - position))
-            self.observe_progress(tp.partition, committed, max(0, high - done), now)
-            seen.add(tp.partition)
-        for partition in [p for p in self.progress if p not in seen]:
+            position = self.positions.get(partition, done)
+            self.lag.labels(str(partition)).set(max(0, high - position))
+            self.observe_progress(partition, committed, max(0, high - done), now)
+        for partition in [p for p in self.progress if p not in positions]:
             del self.progress[partition]
             self.stalled.remove(str(partition))
             self.committed_lag.remove(str(partition))

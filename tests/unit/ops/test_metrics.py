@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from stream.config import Settings
-from stream.ops.metrics import Metrics
+from stream.ops.metrics import Metrics, Position
 from stream.output.headers import RESET_HEADER
 from stream.publish.publisher import RedisState
 from stream.session import codec
@@ -97,8 +97,11 @@ def test_a_committed_offset_that_stands_still_while_records_wait_is_a_stall() ->
 
 def test_the_committed_lag_is_the_records_past_the_committed_offset(tmp_path: Any) -> None:
     """Kafka's committed offset is the next record to read: one record past it waits (the
-    gauge read it as none, and such a partition never as stalled)."""
+    gauge read it as none, and such a partition never as stalled). The positions come
+    from the consumer as plain values (``stream.app.monitor.positions``)."""
     from faust.types import TP
+
+    from stream.app.monitor import positions
 
     settings = Settings(state_dir=str(tmp_path), input_topic="events")
     m = Metrics.create(settings)
@@ -119,13 +122,31 @@ def test_the_committed_lag_is_the_records_past_the_committed_offset(tmp_path: An
     class App:
         _consumer = Consumer()
         assignor = Assignor()
-        tables = None
 
-    m.refresh(App(), None, settings)
+    assert positions(App(), "events") == {3: Position(10, 11)}
+    m.refresh(settings, positions(App(), "events"))
     assert m.registry.get_sample_value("stream_committed_lag", {"partition": "3"}) == 1
     committed[tp] = 11
-    m.refresh(App(), None, settings)
+    m.refresh(settings, positions(App(), "events"))
     assert m.registry.get_sample_value("stream_committed_lag", {"partition": "3"}) == 0
+    m.refresh(settings, {})  # the partition moved away: its series go
+    assert m.registry.get_sample_value("stream_committed_lag", {"partition": "3"}) is None
+
+
+def test_positions_fail_loudly_on_a_consumer_without_committed_offsets() -> None:
+    """No fallback: a Faust that renamed the field fails the refresh, not the figures."""
+    from stream.app.monitor import positions
+
+    class App:
+        _consumer = object()
+
+    with pytest.raises(AttributeError):
+        positions(App(), "events")
+
+    class Unstarted:
+        _consumer = None
+
+    assert positions(Unstarted(), "events") is None
 
 
 def test_nothing_waiting_is_never_a_stall() -> None:
