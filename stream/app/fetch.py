@@ -29,7 +29,8 @@ in ``stream.app.internals`` and checked against the installed versions.
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition  # type: ignore[import-untyped]
@@ -39,7 +40,7 @@ from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import maybe_async
 
-from stream.app import bulkqueue
+from stream.app import bulkqueue, drain
 from stream.app.backoff import quiet_aiokafka, with_backoff
 from stream.app.batching import BulkAcks
 from stream.app.membership import leave_on_close
@@ -60,116 +61,70 @@ def _is_raw(channel: Any) -> bool:
     )
 
 
-class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
-    """The aiokafka driver's consumer, handing records of the transport's ``bulk_topics``
-    over in bulk."""
+@dataclass(frozen=True)
+class FetchSettings:
+    """What the worker's settings make of its consumer, built once (``of``) and handed to
+    the transport, which hands it to each consumer it creates. The defaults are the
+    settings' own (``stream.config.Settings``): ``of`` is the way to build one.
 
-    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - broker
+    ``bulk_topics``: the input, handed over in bulk. ``fetch_max_wait_ms``: how long the
+    broker may hold a fetch that finds nothing new (``install``). ``bulk_bytes``: the bytes
+    of input handed over and not yet in a batch (``stream.app.batching``); None: only the
+    record count bounds. ``isolation_level``: set on the aiokafka consumer (Faust reads
+    committed only under exactly-once; docs/notes/025). ``consumer_thread``: Faust's
+    consumer thread; False runs the consumer on the app's loop (``InlineConsumerThread``).
+    ``record_age``: given each fetch's records' age as they are handed over (the metric).
+    ``leaving``: whether a static member leaves its group as it stops (note 027)."""
+
+    bulk_topics: frozenset[str]
+    fetch_max_wait_ms: int | None
+    bulk_bytes: int | None
+    isolation_level: str
+    consumer_thread: bool
+    record_age: Callable[[float], None] | None = None
+    leaving: Callable[[], bool] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        settings: Any,
+        record_age: Callable[[float], None] | None = None,
+        leaving: Callable[[], bool] | None = None,
+    ) -> "FetchSettings":
+        """From the worker's ``stream.config.Settings``: its input topic in bulk."""
+        return cls(
+            bulk_topics=frozenset([settings.input_topic]),
+            fetch_max_wait_ms=max(1, round(settings.fetch_max_wait * 1000)),
+            bulk_bytes=settings.max_buffered_bytes,
+            isolation_level=settings.isolation_level,
+            consumer_thread=settings.consumer_thread,
+            record_age=record_age,
+            leaving=leaving,
+        )
+
+
+class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
+    """The aiokafka driver's consumer, handing records of ``fetch.bulk_topics`` over in
+    bulk. What it does with each fetch, partition and record is decided by
+    ``stream.app.drain``; here it is applied to Faust and aiokafka."""
+
+    def __init__(self, transport: Any, *, fetch: FetchSettings, **kwargs: Any) -> None:
+        self.fetch = fetch
+        super().__init__(transport, **kwargs)
+
+    async def _drain_messages(self, fetcher: Any) -> None:
         # Faust's loop (Consumer._drain_messages with Consumer.getmany inlined, 0.15.3):
         # the same checks per fetch (flow, generation, active partitions) and per record
         # (read offset, gaps, commit_every), the end offset tracked once per partition
         # instead of per record, and records of bulk topics handed over once per fetch.
-        callback = self.callback
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
-        get_read_offset = self._read_offset.__getitem__
-        set_read_offset = self._read_offset.__setitem__
-        set_flag = self.diag.set_flag
         unset_flag = self.diag.unset_flag
-        commit_every = self._commit_every
-        acks_enabled_for = self.app.topics.acks_enabled_for
-        to_message = self._to_message
-        app = self.app
-        bulk_topics: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
-        changelogs: dict[str, Any] = getattr(self.transport, "changelogs", {})
-        holes = self._holes
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
-                set_flag(CONSUMER_FETCHING)
-                if holes.dropped and not self._seeking:
-                    await self._fetch_dropped_again()
-                records, active = await self._wait_next_records(1.0)
-                generation = app.consumer_generation_id
-                await self.sleep(0)
-                if records is None or self.should_stop:
-                    continue
-                if not self.flow_active:
-                    self.log.dev("fetched while flow not active: seek back to committed")
-                    try:
-                        await self.perform_seek()
-                    except Exception as ex:
-                        self.log.warning(f"exception performing seek when flow not active {ex}")
-                    continue
-                epoch = self._seek_epoch
-                # (partition, its records) to hand over, in fetch order
-                pending: list[tuple[Any, list[Any]]] = []
-                stale = False
-                for tp, batch in records.items():
-                    if stale or not self.flow_active or app.consumer_generation_id != generation:
-                        # As getmany: the rest is fetched again after the rebalance or the
-                        # seek, unless the seek had already taken effect (_fetch_dropped_again).
-                        holes.drop([(p, b) for p, b in records.items() if p.topic in bulk_topics])
-                        break
-                    if not (active is None or tp in active or tp in self._buffered_partitions):
-                        continue
-                    app.monitor.track_tp_end_offset(tp, self.highwater(tp))
-                    restore = changelogs.get(tp.topic)
-                    if restore is not None and batch:  # a table's, in bulk (stream.app.restore)
-                        await restore.take(tp, batch, to_message)
-                        set_read_offset(tp, batch[-1].offset)
-                        continue
-                    bulk = tp.topic in bulk_topics
-                    taken: list[Any] | None = None  # this partition's records in pending
-                    r_offset = get_read_offset(tp)
-                    for record in batch:
-                        message = to_message(tp, record)
-                        offset = message.offset
-                        if r_offset is not None and offset < r_offset:
-                            continue  # already read (Faust logs "DROPPED MESSAGE ROFF")
-                        # (Faust tests ``r_offset`` for truth: a jump from offset 0 went
-                        # unseen, and a marker at 1 held the commit for good.)
-                        if (
-                            r_offset is not None
-                            and offset - r_offset > 1
-                            and acks_enabled_for(tp.topic)
-                        ):
-                            if bulk and not holes.confirmed(tp, r_offset, offset):
-                                # Fetch the span again before committing past it.
-                                if pending:
-                                    await self._hand_over(pending, epoch)
-                                    pending, taken = [], None
-                                if self._seek_moved(epoch) or self.suspend_flow.is_set():
-                                    stale = True  # a seek or a rebalance came first
-                                    holes.drop([(tp, [message])])
-                                    break
-                                await self._fetch_again(tp, r_offset, offset)
-                                break
-                            if bulk:  # fetched twice: no record there (batching)
-                                self._note_gap(tp, r_offset + 1, offset - 1)
-                            else:
-                                await self._add_gap(tp, r_offset + 1, offset)
-                        elif bulk and holes.spans:
-                            holes.taken(tp, offset, self.log)
-                        if commit_every is not None and self._n_acked >= commit_every:
-                            self._n_acked = 0
-                            await self.commit()
-                        if bulk:
-                            if taken is None:
-                                taken = []
-                                pending.append((tp, taken))
-                            taken.append(message)
-                        else:
-                            if pending:
-                                await self._hand_over(pending, epoch)
-                                pending = []
-                            await self.wait_first(callback(message), self.suspend_flow.wait())
-                            set_read_offset(tp, offset)
-                        r_offset = offset
-                if pending:
-                    await self._hand_over(pending, epoch)
-                if bulk_topics:
-                    await self._pass_empty_ends(bulk_topics, records)
-                unset_flag(CONSUMER_FETCHING)
+                self.diag.set_flag(CONSUMER_FETCHING)
+                if await self._drain_fetch():
+                    unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 self.log.info("Broker stopped consumer, shutting down...")
@@ -186,6 +141,126 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         finally:
             unset_flag(CONSUMER_FETCHING)
 
+    async def _drain_fetch(self) -> bool:
+        """One fetch, its partitions in fetch order (``drain.route``); False: nothing was
+        fetched, or the flow had stopped."""
+        app = self.app
+        holes = self._holes
+        bulk_topics = self.fetch.bulk_topics
+        if holes.dropped and not self._seeking:
+            await self._fetch_dropped_again()
+        records, active = await self._wait_next_records(1.0)
+        generation = app.consumer_generation_id
+        await self.sleep(0)
+        if records is None or self.should_stop:
+            return False
+        if not self.flow_active:
+            self.log.dev("fetched while flow not active: seek back to committed")
+            try:
+                await self.perform_seek()
+            except Exception as ex:
+                self.log.warning(f"exception performing seek when flow not active {ex}")
+            return False
+        epoch = self._seek_epoch
+        pending: list[tuple[Any, list[Any]]] = []  # (partition, its records), fetch order
+        stale = False
+        changelogs = self.transport.changelogs
+        for tp, batch in records.items():
+            way = drain.route(
+                tp,
+                batch,
+                stale=stale,
+                flow_active=self.flow_active,
+                generation=generation,
+                generation_now=app.consumer_generation_id,
+                active=active,
+                buffered=self._buffered_partitions,
+                changelogs=changelogs,
+                bulk_topics=bulk_topics,
+            )
+            if way is drain.Route.DROP_REST:
+                # The rest is fetched again after the rebalance or the seek, unless the
+                # seek had already taken effect (_fetch_dropped_again).
+                holes.drop(drain.dropped_too(records, bulk_topics))
+                break
+            if way is drain.Route.SKIP:
+                continue
+            app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+            if way is drain.Route.RESTORE:
+                await changelogs[tp.topic].take(tp, batch, self._to_message)
+                self._read_offset[tp] = batch[-1].offset
+                continue
+            stale = await self._drain_part(tp, batch, way is drain.Route.BULK, pending, epoch)
+        if pending:
+            await self._hand_over(pending, epoch)
+        if bulk_topics:
+            await self._pass_empty_ends(bulk_topics, records)
+        return True
+
+    async def _drain_part(
+        self, tp: TP, batch: list[Any], bulk: bool, pending: list[Any], epoch: int
+    ) -> bool:
+        """One partition's records, each checked against its read offset (``drain.check``):
+        the input's added to ``pending``, handed over once per fetch, any other's handed
+        to Faust's callback one at a time. True: a seek or a rebalance came first, the
+        rest of the fetch is dropped."""
+        holes = self._holes
+        to_message = self._to_message
+        commit_every = self._commit_every
+        acks = self.app.topics.acks_enabled_for(tp.topic)
+        taken: list[Any] | None = None  # this partition's records in pending
+        read = self._read_offset[tp]
+        for record in batch:
+            message = to_message(tp, record)
+            offset = message.offset
+            step = drain.check(tp, read, offset, bulk=bulk, acks=acks, holes=holes)
+            kind = step.kind
+            if kind is drain.Kind.SKIP:
+                continue  # already read (Faust logs "DROPPED MESSAGE ROFF")
+            if kind is drain.Kind.FETCH_AGAIN:  # the span again before committing past it
+                if pending:
+                    await self._hand_over(pending, epoch)
+                    pending.clear()
+                if drain.dropped_by_seek(self._seek_moved(epoch), self.suspend_flow.is_set()):
+                    holes.drop([(tp, [message])])
+                    return True
+                await self._fetch_again(tp, step.first, step.last)
+                return False
+            if kind is drain.Kind.TAKE_PAST_HOLE:  # fetched twice: no record there
+                self._note_gap(tp, step.first, step.last)
+            elif kind is drain.Kind.TAKE_PAST_GAP:
+                await self._add_gap(tp, step.first, step.last)
+            elif step.span is not None:
+                self._log_span(tp, *step.span)
+            if commit_every is not None and self._n_acked >= commit_every:
+                self._n_acked = 0
+                await self.commit()
+            if bulk:
+                if taken is None:
+                    taken = []
+                    pending.append((tp, taken))
+                taken.append(message)
+            else:
+                if pending:
+                    await self._hand_over(pending, epoch)
+                    pending.clear()
+                await self.wait_first(self.callback(message), self.suspend_flow.wait())
+                self._read_offset[tp] = offset
+            read = offset
+        return False
+
+    def _log_span(self, tp: TP, outcome: str, last: int, following: int) -> None:
+        if outcome == "redelivered":
+            self.log.info("%s: offsets %d..%d again: redeliveries", tp, last + 1, following - 1)
+        else:
+            self.log.warning(
+                "%s: offsets %d..%d had been fetched and not handed over: a loss "
+                "averted, they are taken now",
+                tp,
+                last + 1,
+                following - 1,
+            )
+
     @property
     def _holes(self) -> Holes:
         holes: Holes | None = self.__dict__.get("_bulk_holes")
@@ -193,9 +268,7 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
             holes = self.__dict__["_bulk_holes"] = Holes()
         return holes
 
-    async def _fetch_again(
-        self, tp: TP, last: int, offset: int, dropped: bool = False
-    ) -> None:  # pragma: no cover
+    async def _fetch_again(self, tp: TP, last: int, offset: int, dropped: bool = False) -> None:
         """Seek ``tp`` back to ``last``: the records up to ``offset`` come again (a
         duplicate of ``last`` at most). Not a ``seek``: records of other partitions in
         hand stay valid, so the seek epoch stays. ``dropped``: the records from ``offset``
@@ -222,48 +295,42 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
             return
         self._read_offset[tp] = last
 
-    async def _fetch_dropped_again(self) -> None:  # pragma: no cover - broker
+    async def _fetch_dropped_again(self) -> None:
         """Records dropped because a seek was under way (``_seek_moved``) may have been
         fetched after the seek took effect, from where it put the fetcher: then nothing
         brings them again until the partition's next record shows the jump, and the last
         records of a quiet partition would wait for good (seen after an out-of-range
         reset during recovery's seek). So once no seek is under way, each partition with
-        dropped records not read since is fetched again from its read offset (a duplicate
-        at most), or from its beginning when nothing was read since the seek put it there.
-        After a seek the read offset is the one before where it put the fetcher
-        (``read_after_seek``), so records dropped from exactly there come again too.
-        """
+        dropped records is fetched again as ``drain.refetch_dropped`` decides."""
         holes = self._holes
         dropped, holes.dropped = holes.dropped, {}
         for tp, first in dropped.items():
             last = self._read_offset.get(tp)
-            if last is not None:
-                if last < first:
-                    await self._fetch_again(tp, last, first, dropped=True)
-                continue
-            self.log.info(
-                "%s: records from %d dropped during a seek: from the start again", tp, first
-            )
-            try:
-                await self._thread.seek_to_beginning(TopicPartition(tp.topic, tp.partition))
-            except Exception as error:  # no longer assigned: the rebalance seeks it anyway
-                self.log.info("%s: not fetched again (%r)", tp, error)
+            again = drain.refetch_dropped(first, last)
+            if again == "again" and last is not None:
+                await self._fetch_again(tp, last, first, dropped=True)
+            elif again == "beginning":
+                self.log.info(
+                    "%s: records from %d dropped during a seek: from the start again", tp, first
+                )
+                try:
+                    await self._thread.seek_to_beginning(TopicPartition(tp.topic, tp.partition))
+                except Exception as error:  # no longer assigned: the rebalance seeks it anyway
+                    self.log.info("%s: not fetched again (%r)", tp, error)
 
     _ends_checked = 0.0  # monotonic: when the input's ends were last checked
 
-    async def _pass_empty_ends(
-        self, bulk_topics: frozenset[str], records: Any
-    ) -> None:  # pragma: no cover - broker
+    async def _pass_empty_ends(self, bulk_topics: frozenset[str], records: Any) -> None:
         """Offsets at the end of an input partition that hold no record (a transaction's
         commit marker ends every transactional write) show no jump: no record follows them,
         so the commit would stop short of the partition's end until one does, and its lag
-        would stay at 1. So at most once a second, an input partition this fetch brought
-        nothing for, whose fetcher stands at its end past the record read last, is checked
-        as a jump to its end: fetched again from that record once, and noted as holding no
-        record only if the fetcher stands at the end again (``Holes``); the partition is
-        then read to its end, and not checked again until a record follows."""
+        would stay at 1. So at most once a second (``drain.ends_due``), each input
+        partition this fetch brought nothing for is checked as a jump to its end
+        (``drain.empty_end``)."""
         now = time.monotonic()
-        if now - self._ends_checked < 1.0 or self._seeking or self._holes.dropped:
+        if not drain.ends_due(
+            now, self._ends_checked, bool(self._seeking), bool(self._holes.dropped)
+        ):
             return
         self._ends_checked = now
         fetched = set(records or ())
@@ -275,32 +342,30 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                 continue
             try:
                 high = self.highwater(tp)
-                if high is None or high <= last + 1:
+                if high is None or not drain.end_worth_checking(last, high):
                     continue
                 position = await asyncio.wait_for(self.position(tp), 1.0)
             except Exception:  # moved away, or its position is being reset: next time
                 continue
-            if position != high or self._read_offset.get(tp) != last:
-                continue  # records still to come, or taken meanwhile
-            if self._holes.confirmed(tp, last, high):
-                self._note_gap(tp, last + 1, high - 1)
-                self._read_offset[tp] = high - 1  # read to the end: not checked again
-            else:
+            end = drain.empty_end(tp, last, high, position, self._read_offset.get(tp), self._holes)
+            if end is drain.End.PASSED:
+                first, hole_last, read = drain.passed_end(last, high)
+                self._note_gap(tp, first, hole_last)
+                self._read_offset[tp] = read  # read to the end: not checked again
+            elif end is drain.End.FETCH_AGAIN:
                 await self._fetch_again(tp, last, high)
 
     def _new_consumer_thread(self) -> "BackoffConsumerThread":
-        if getattr(self.transport, "consumer_thread", True):
+        if self.fetch.consumer_thread:
             return BackoffConsumerThread(self, loop=self.loop, beacon=self.beacon)
         return InlineConsumerThread(self, loop=self.loop, thread_loop=self.loop, beacon=self.beacon)
 
     _seek_epoch = 0  # bumped by every seek: records fetched before it are fetched again
 
-    async def perform_seek(self) -> None:  # pragma: no cover - broker
+    async def perform_seek(self) -> None:
         """Faust's ``perform_seek`` (every assigned partition to its committed offset),
-        and the input's partitions without one to their beginning: aiokafka's
-        ``seek_to_committed`` leaves those where they are, so records fetched and dropped
-        since (a stale generation or seek epoch) would never come again, and with no
-        committed offset to hold it the commit would pass them.
+        and the input's partitions without one to their beginning
+        (``drain.after_seek_to_committed``).
 
         The epoch moves at both ends and nothing is handed over in between
         (``_seeking``): records fetched before the seek took effect (from wherever the
@@ -315,29 +380,13 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
             self._seeking -= 1
             self._seek_epoch += 1
 
-    async def _seek_all_to_committed(self) -> None:  # pragma: no cover - broker
+    async def _seek_all_to_committed(self) -> None:
         committed = await self.seek_to_committed()
-        bulk: frozenset[str] = getattr(self.transport, "bulk_topics", frozenset())
-
-        def read(tp: Any, offset: int | None) -> int | None:
-            if tp.topic in bulk:
-                return read_after_seek(offset)
-            return offset if offset is not None and offset >= 0 else None  # Faust's
-
-        self._read_offset.update({tp: read(tp, offset) for tp, offset in committed.items()})
-        self._committed_offset.update(
-            {
-                ensure_TP(tp): offset or None
-                for tp, offset in committed.items()
-                if offset is not None
-            }
-        )
-        fresh = [
-            TopicPartition(tp.topic, tp.partition)
-            for tp, offset in committed.items()
-            if tp.topic in bulk and not offset
-        ]
-        if fresh:
+        plan = drain.after_seek_to_committed(committed, self.fetch.bulk_topics)
+        self._read_offset.update(plan.read)
+        self._committed_offset.update({ensure_TP(tp): o for tp, o in plan.committed.items()})
+        if plan.fresh:
+            fresh = [TopicPartition(tp.topic, tp.partition) for tp in plan.fresh]
             try:
                 await self._thread.seek_to_beginning(*fresh)
             except Exception as error:  # moved away meanwhile: the rebalance seeks again
@@ -349,18 +398,16 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         self._seek_epoch += 1
         await super().seek(partition, offset)
         tp = ensure_TP(partition)
-        if tp.topic in getattr(self.transport, "bulk_topics", ()):
+        if tp.topic in self.fetch.bulk_topics:
             self._read_offset[tp] = read_after_seek(offset)
 
     def _seek_moved(self, epoch: int) -> bool:
         """A seek began since ``epoch`` was read, or a ``perform_seek`` ended or is under
         way: what was fetched meanwhile is dropped and fetched again from where the seek
         put it (``perform_seek`` puts every input partition somewhere)."""
-        return self._seeking > 0 or self._seek_epoch != epoch
+        return drain.seek_moved(self._seeking, self._seek_epoch, epoch)
 
-    async def _hand_over(
-        self, parts: list[tuple[Any, list[Any]]], epoch: int
-    ) -> None:  # pragma: no cover
+    async def _hand_over(self, parts: list[tuple[Any, list[Any]]], epoch: int) -> None:
         """What the conductor does per record (``ConductorHandler``), once per fetch, and
         what the drain loop does after it: the last record's offset becomes the read
         offset. A raw channel gets each partition's records as one list (``batches``
@@ -370,20 +417,15 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         without touching the read offsets: the consumer fetches them again from where the
         rebalance or the seek put it (a read offset set after the seek would skip them).
         """
-        observe: Callable[[float], None] | None = getattr(self.transport, "record_age", None)
+        observe = self.fetch.record_age
         if observe is not None:  # each partition's middle record (stream_record_age_seconds)
-            now = time.time()
-            for _, messages in parts:
-                stamp = messages[len(messages) // 2].timestamp if messages else None
-                if stamp:
-                    observe(max(0.0, now - stamp))
+            for age in drain.record_ages(time.time(), parts):
+                observe(age)
         handed = await self._handed_over(parts, epoch)
         if handed < len(parts):
             self._holes.drop(parts[handed:])  # fetched again: a rebalance or a seek came first
 
-    async def _handed_over(
-        self, parts: list[tuple[Any, list[Any]]], epoch: int
-    ) -> int:  # pragma: no cover
+    async def _handed_over(self, parts: list[tuple[Any, list[Any]]], epoch: int) -> int:
         """``_hand_over`` up to the first part not handed over whole; returns its index."""
         app = self.app
         await app.flow_control.acquire()  # held here while a rebalance suspends the flow
@@ -407,12 +449,8 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
             generation = app.consumer_generation_id
             if self._seek_moved(epoch):
                 return at
-            if messages[-1].generation_id != generation:
-                # A rebalance while the drain loop built them: keep those before it.
-                messages = [m for m in messages if m.generation_id == generation]
-                cut = True
-            else:
-                cut = False
+            # A rebalance while the drain loop built them: keep those before it.
+            messages, cut = drain.current(messages, generation)
             if messages:
                 if channels:
                     references = len(channels)
@@ -430,9 +468,7 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
                 return at + 1  # the rest is fetched again after the rebalance
         return len(parts)
 
-    async def _decoded(
-        self, channels: list[Any], messages: list[Any], epoch: int
-    ) -> bool:  # pragma: no cover
+    async def _decoded(self, channels: list[Any], messages: Sequence[Any], epoch: int) -> bool:
         """Events of ``messages`` for channels that take decoded values, one at a time as
         Faust's conductor hands them; False: a rebalance or a seek came first."""
         for message in messages:
@@ -472,21 +508,26 @@ class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread, its aiokafka consumer on a ``BackoffClient`` (the fetcher
     and the group coordinator share the consumer's client)."""
 
+    @property
+    def _fetch(self) -> FetchSettings:
+        consumer: Any = self.consumer  # a ``BulkConsumer``
+        settings: FetchSettings = consumer.fetch
+        return settings
+
     def _create_consumer(self, loop: asyncio.AbstractEventLoop) -> Any:
         consumer = super()._create_consumer(loop)
         with_backoff(consumer._client)
-        transport = self.consumer.transport
-        wait = getattr(transport, "fetch_max_wait_ms", None)
-        if wait is not None:  # Faust fixes 1,500 ms; read by the fetcher built at start
-            consumer._fetch_max_wait_ms = wait
+        settings = self._fetch
+        if settings.fetch_max_wait_ms is not None:  # Faust fixes 1,500 ms
+            consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
         # Faust reads committed only under exactly-once; both are read by the fetcher
         # built at start (docs/notes/025).
-        consumer._isolation_level = getattr(transport, "isolation_level", "read_uncommitted")
+        consumer._isolation_level = settings.isolation_level
         return consumer
 
     async def on_start(self) -> None:
         await super().on_start()  # the aiokafka consumer, started: its coordinator exists
-        leaving = getattr(self.consumer.transport, "leaving", None)
+        leaving = self._fetch.leaving
         if leaving is not None:  # a static member leaves only when told (note 027)
             leave_on_close(self._consumer, leaving)
 
@@ -536,53 +577,45 @@ class InlineConsumerThread(BackoffConsumerThread):
 
 
 class BulkTransport(faust_aiokafka.Transport):
+    """Faust's aiokafka transport, creating the bulk consumer with ``fetch``."""
+
     Consumer = BulkConsumer
     Producer = BackoffProducer
-    bulk_topics: frozenset[str] = frozenset()
-    bulk_bytes: int | None = None  # input bytes handed over and not yet in a batch (install)
-    fetch_max_wait_ms: int | None = None
-    isolation_level = "read_uncommitted"  # Faust's unless exactly-once (install)
-    consumer_thread = True  # False: the consumer on the worker's loop (InlineConsumerThread)
-    # Each fetch's records' age as they are handed over (``worker.assemble``: the metric).
-    record_age: Callable[[float], None] | None = None
-    # Whether a static member leaves its group as it stops (``worker.assemble``).
-    leaving: Callable[[], bool] | None = None
+
+    def __init__(self, url: Any, app: Any, fetch: FetchSettings, **kwargs: Any) -> None:
+        super().__init__(url, app, **kwargs)
+        self.fetch = fetch
+        # topic -> its bulk restore (``stream.app.restore.install``)
+        self.changelogs: dict[str, Any] = {}
+
+    def create_consumer(self, callback: Any, **kwargs: Any) -> Any:
+        return self.Consumer(self, callback=callback, loop=self.loop, fetch=self.fetch, **kwargs)
+
+    @property
+    def bulk_topics(self) -> frozenset[str]:
+        """The topics handed over in bulk (``stream.app.batching`` reads them here)."""
+        return self.fetch.bulk_topics
+
+    @property
+    def bulk_bytes(self) -> int | None:
+        """The input bytes handed over and not yet in a batch (``stream.app.batching``)."""
+        return self.fetch.bulk_bytes
 
 
-def install(
-    app: Any,
-    topics: Iterable[str],
-    fetch_max_wait: float | None = None,
-    max_buffered_bytes: int | None = None,
-    consumer_thread: bool = True,
-    isolation_level: str = "read_uncommitted",
-) -> BulkTransport:
-    """Give ``app`` the bulk consumer for ``topics`` (before its consumer is created), the
+def install(app: Any, fetch: FetchSettings) -> BulkTransport:
+    """Give ``app`` the bulk consumer (before its consumer is created) with ``fetch``, the
     backoff clients, and aiokafka's repeated log lines rate-limited.
 
-    ``fetch_max_wait`` (s): how long the broker may hold a fetch that finds nothing new.
-    aiokafka keeps one fetch in flight per broker, and builds it only from partitions
-    whose last records the drain loop has taken; when a busy worker has not taken them
-    yet, the fetch holds only quiet partitions (Faust's leader topic, the changelogs) and
-    every busy partition waits out its long poll: Faust's fixed 1.5 s put the live path
-    seconds behind at a fraction of its capacity (docs/notes/016).
+    ``fetch.fetch_max_wait_ms``: aiokafka keeps one fetch in flight per broker, and builds
+    it only from partitions whose last records the drain loop has taken; when a busy
+    worker has not taken them yet, the fetch holds only quiet partitions (Faust's leader
+    topic, the changelogs) and every busy partition waits out its long poll: Faust's fixed
+    1.5 s put the live path seconds behind at a fraction of its capacity (docs/notes/016).
 
-    ``max_buffered_bytes``: the bytes of input handed over and not yet in a batch, on the
-    queue and waiting for a turn each (``batches``); None: only the record count bounds.
-
-    ``consumer_thread``: Faust's consumer thread; False runs the consumer on the app's
-    loop (``InlineConsumerThread``).
-
-    ``isolation_level``: ``read_committed`` leaves out what a transactional producer
+    ``fetch.isolation_level``: ``read_committed`` leaves out what a transactional producer
     aborted (and what it has not committed yet); the input's offsets then jump over an
     aborted span and its marker as over a commit marker (``Holes``; docs/notes/025)."""
-    transport = BulkTransport(app.conf.broker_consumer, app)
-    transport.bulk_topics = frozenset(topics)
-    transport.bulk_bytes = max_buffered_bytes
-    transport.consumer_thread = consumer_thread
-    transport.isolation_level = isolation_level
-    if fetch_max_wait is not None:
-        transport.fetch_max_wait_ms = max(1, round(fetch_max_wait * 1000))
+    transport = BulkTransport(app.conf.broker_consumer, app, fetch)
     app.transport = transport
     quiet_aiokafka()
     return transport
@@ -592,6 +625,7 @@ __all__ = [
     "BackoffConsumerThread",
     "BulkConsumer",
     "BulkTransport",
+    "FetchSettings",
     "InlineConsumerThread",
     "install",
 ]

@@ -69,27 +69,25 @@ class Holes:
                 first = messages[0].offset
                 self.dropped[tp] = min(first, self.dropped.get(tp, first))
 
-    def taken(self, tp: Any, offset: int, log: Any) -> None:
-        """A record of ``tp`` was taken without a jump before it."""
+    def taken(self, tp: Any, offset: int) -> tuple[str, int, int] | None:
+        """A record of ``tp`` was taken without a jump before it. When it ends a span
+        fetched again: ``("redelivered", last, following)`` when the span's records had
+        been handed over already, ``("refetched", last, following)`` when they had not (a
+        loss averted: counted in ``refetched``), the span's last record and the one after
+        it; None otherwise."""
         span = self.spans.get(tp)
         if span is None:
-            return
+            return None
         last, following = span
         if offset <= last:
-            return  # the record before the span, again (or a seek further back)
-        if offset < following:
-            if self.handed.get(tp, -1) >= following - 1:
-                log.info("%s: offsets %d..%d again: redeliveries", tp, last + 1, following - 1)
-            else:
-                self.refetched += 1
-                log.warning(
-                    "%s: offsets %d..%d had been fetched and not handed over: a loss "
-                    "averted, they are taken now",
-                    tp,
-                    last + 1,
-                    following - 1,
-                )
+            return None  # the record before the span, again (or a seek further back)
         del self.spans[tp]
+        if offset >= following:
+            return None
+        if self.handed.get(tp, -1) >= following - 1:
+            return ("redelivered", last, following)
+        self.refetched += 1
+        return ("refetched", last, following)
 
 
 def commit_offset(

@@ -354,20 +354,18 @@ def assemble(
     partitions = partitions or settings.partitions
     tune_switch(settings.switch_interval)  # before the consumer thread starts
     app = faust_app(settings, partitions)  # 1
-    transport = fetch.install(
-        app,
-        [settings.input_topic],
-        settings.fetch_max_wait,
-        settings.max_buffered_bytes,
-        consumer_thread=settings.consumer_thread,
-        isolation_level=settings.isolation_level,
-    )
     source = app.topic(settings.input_topic, partitions=partitions, **RAW)  # 2
     table = SessionTable(app, partitions, settings.rocksdb_write_buffer, settings.keep_records)
     outbox = Outbox(BatchSender(app), table, settings.output_topic, settings.dlq_topic)  # 3
     stats = metrics.Metrics.create(settings)  # 4
-    transport.record_age = stats.record_age.labels("fetched").observe
-    transport.leaving = lambda: settings.leave_on_stop  # a static member's SIGTERM (note 027)
+    fetch.install(  # the consumer's settings, its record-age metric among them
+        app,
+        fetch.FetchSettings.of(
+            settings,
+            record_age=stats.record_age.labels("fetched").observe,
+            leaving=lambda: settings.leave_on_stop,  # a static member's SIGTERM (note 027)
+        ),
+    )
     restore.install(app, table, stats.observe_recovery)  # the changelog restored in bulk
     # aiokafka's codecs and record classes, bounded and the changelog in bulk (note 017, 021)
     bounds = inflate.Bounds.of(settings.max_inflated_bytes)

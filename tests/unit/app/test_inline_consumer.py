@@ -11,7 +11,7 @@ from typing import Any
 import faust
 import pytest
 
-from stream.app.fetch import BackoffConsumerThread, InlineConsumerThread, install
+from stream.app.fetch import BackoffConsumerThread, FetchSettings, InlineConsumerThread, install
 from tests.waiting import until
 
 
@@ -24,9 +24,10 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     asyncio.set_event_loop(None)
 
 
-def consumer_thread(loop: asyncio.AbstractEventLoop, **options: Any) -> Any:
+def consumer_thread(loop: asyncio.AbstractEventLoop, consumer_thread: bool = True) -> Any:
     app = faust.App("inline-test", broker="kafka://x:1", loop=loop)
-    install(app, ["inline-test-input"], **options)
+    topics = frozenset({"inline-test-input"})
+    install(app, FetchSettings(topics, None, None, "read_committed", consumer_thread))
     return app, app.consumer._thread
 
 

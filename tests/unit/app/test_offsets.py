@@ -24,6 +24,11 @@ TOPIC = "events-in"
 TP0 = TP(TOPIC, 0)
 
 
+def _bulk(topic: str) -> fetch.FetchSettings:
+    """The consumer's settings with ``topic`` its input."""
+    return fetch.FetchSettings(frozenset({topic}), None, None, "read_committed", False)
+
+
 async def _unused(*args: Any) -> None:  # pragma: no cover - never called
     raise AssertionError(args)
 
@@ -189,7 +194,7 @@ def test_a_record_dropped_at_the_offset_a_seek_put_the_fetcher_is_fetched_again(
         log=Log(),
         _read_offset={},
         _committed_offset={},
-        transport=type("T", (), {"bulk_topics": frozenset({TOPIC})})(),
+        fetch=_bulk(TOPIC),
     )
 
     async def go() -> None:
@@ -242,7 +247,8 @@ def test_an_empty_end_of_a_partition_is_fetched_again_once_then_passed() -> None
         _acked=defaultdict(list),
         _acked_index=defaultdict(set),
         _gap=defaultdict(IntervalTree),
-        transport=type("T", (), {"bulk_topics": frozenset({TOPIC})})(),
+        fetch=_bulk(TOPIC),
+        transport=type("T", (), {"bulk_topics": frozenset({TOPIC})})(),  # BulkAcks reads it
     )
     bulk_topics = frozenset({TOPIC})
 
@@ -287,7 +293,7 @@ def test_nothing_fetched_before_or_during_a_seek_to_committed_is_handed_over() -
         seek_to_committed=seek_to_committed,
         _read_offset={},
         _committed_offset={},
-        transport=type("T", (), {"bulk_topics": frozenset({"events"})})(),
+        fetch=_bulk("events"),
     )
 
     async def go() -> None:
@@ -308,18 +314,6 @@ def test_nothing_fetched_before_or_during_a_seek_to_committed_is_handed_over() -
 # --- holes: a jump in the offsets fetched again before it counts -------------------------------
 
 
-class Log:
-    def __init__(self) -> None:
-        self.warnings: list[tuple[Any, ...]] = []
-        self.infos: list[tuple[Any, ...]] = []
-
-    def warning(self, *args: Any) -> None:
-        self.warnings.append(args)
-
-    def info(self, *args: Any) -> None:
-        self.infos.append(args)
-
-
 def test_a_jump_in_offsets_is_fetched_again_before_it_counts_as_a_gap() -> None:
     holes, tp = offsets.Holes(), ("events", 1)
     assert not holes.confirmed(tp, 10, 70)  # first sight: fetch from 10 again
@@ -327,14 +321,13 @@ def test_a_jump_in_offsets_is_fetched_again_before_it_counts_as_a_gap() -> None:
     assert not holes.spans
 
 
-def test_records_that_come_back_are_taken_and_the_averted_loss_is_logged() -> None:
-    holes, tp, log = offsets.Holes(), ("events", 1), Log()
+def test_records_that_come_back_are_taken_and_the_averted_loss_is_told() -> None:
+    holes, tp = offsets.Holes(), ("events", 1)
     assert not holes.confirmed(tp, 10, 70)
-    holes.taken(tp, 10, log)  # the record before the span, again: still checking
-    assert holes.spans and not log.warnings
-    holes.taken(tp, 11, log)  # the span came back, never handed over before
+    assert holes.taken(tp, 10) is None  # the record before the span, again: still checking
+    assert holes.spans
+    assert holes.taken(tp, 11) == ("refetched", 10, 70)  # came back, never handed over
     assert holes.refetched == 1 and not holes.spans
-    assert log.warnings and log.warnings[0][2:] == (11, 69)
     assert not holes.confirmed(tp, 69, 71)  # a later jump is checked afresh
 
 
@@ -348,11 +341,11 @@ def test_another_partition_or_a_different_jump_is_checked_on_its_own() -> None:
 
 
 def test_a_span_handed_over_before_a_seek_moved_the_read_offset_back_is_redelivered() -> None:
-    holes, tp, log = offsets.Holes(), ("events", 0), Log()
+    holes, tp = offsets.Holes(), ("events", 0)
     holes.handed[tp] = 238  # taken, then perform_seek set the read offset back to 217
     assert not holes.confirmed(tp, 217, 239)
-    holes.taken(tp, 218, log)
-    assert holes.refetched == 0 and not log.warnings and log.infos
+    assert holes.taken(tp, 218) == ("redelivered", 217, 239)
+    assert holes.refetched == 0
 
 
 def test_records_dropped_for_a_seek_are_noted_from_their_first_offset() -> None:
