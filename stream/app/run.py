@@ -1,7 +1,8 @@
 """Starting a worker: the one sequence from settings to the process' exit status.
 
-``stream worker`` (``stream.cli.service``) calls ``run``; nothing outside ``stream.app``
-imports Faust.
+``stream worker`` (``stream.cli.service``) calls ``run``; ``faust -A stream.app.entry``
+builds through ``prepare``. Both end in ``assemble``, the one way a worker is built.
+Nothing outside ``stream.app`` imports Faust.
 """
 
 from typing import Any
