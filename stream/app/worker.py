@@ -337,11 +337,13 @@ def assemble(
     """A worker's parts, built in this order and handed to it (``stream.app.run`` prepares
     the topics and the settings first):
 
-    1. the Faust app: at-least-once, RocksDB tables, acks=all; its consumer takes the input
-       in bulk (``fetch``), inflating compressed batches within bounds (``inflate``);
+    1. the Faust app: at-least-once, RocksDB tables, acks=all;
     2. the input topic and the sessions table (RocksDB, its changelog);
     3. the outbox: rows, updates and dead letters out through the producer in batches;
-    4. the metrics (``/metrics``, ``/readyz``), with what start-up found on the control topic;
+    4. the metrics (``/metrics``, ``/readyz``), with what start-up found on the control
+       topic; the consumer, which takes the input in bulk (``fetch``) and reports records'
+       age to them, the changelog restored in bulk (``restore``), compressed batches
+       inflated within bounds (``patches``);
     5. the claims: the reset ceiling and the control topic's problems, kept up while it runs;
     6. the publisher: the outbox, then Redis (built on the worker's loop, on first use);
     7. expiry: the index of idle sessions (its sweeps step between the commit path's
