@@ -43,6 +43,7 @@ from stream.publish.redis_sink import (
     RedisSink,
 )
 from tests.integration.harness import RedisServer
+from tests.waiting import until, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -233,11 +234,17 @@ def _libraries(admin: "redis.Redis") -> list[bytes]:
     return [entry[1] for entry in admin.function_list()]
 
 
-async def _until(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
+def _count_writes(sink: RedisSink) -> list[None]:
+    """One entry per write the sink is asked for (the background writer's retries too)."""
+    attempts: list[None] = []
+    write = sink.write
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(None)
+        return await write(*args, **kwargs)
+
+    sink.write = counted  # type: ignore[method-assign]
+    return attempts
 
 
 def test_redis_without_the_library_is_an_outage_until_the_loader_reloads_it(
@@ -256,6 +263,7 @@ def test_redis_without_the_library_is_an_outage_until_the_loader_reloads_it(
 
     async def go() -> str:
         sink = RedisSink(settings)
+        attempts = _count_writes(sink)
         publisher = Publisher(settings, _NoKafka(), sink, on_permanent=permanent.append)
         loader = None
         try:
@@ -264,7 +272,8 @@ def test_redis_without_the_library_is_an_outage_until_the_loader_reloads_it(
                 is False
             )
             assert publisher.state.retrying and publisher.state.reason == "library"
-            await asyncio.sleep(1.0)  # the background writer retries a few times meanwhile
+            tried = len(attempts)
+            await until(lambda: len(attempts) >= tried + 3, 30, "three retries by the writer")
             assert await publisher.write_redis([_update("o1", 2), _update("o2", 1)], []) is False
             assert publisher.state.pending == 2 and _libraries(admin) == []
             loader = _loader(acl_redis)
@@ -324,28 +333,36 @@ def test_the_loader_exits_on_a_bad_configuration(
     assert says in loader.stdout.read()
 
 
-def test_the_loader_waits_out_a_redis_that_is_away(acl_redis: AclRedis) -> None:
+def test_the_loader_waits_out_a_redis_that_is_away(acl_redis: AclRedis, tmp_path: Path) -> None:
     """Redis unreachable is no bad configuration: the loader keeps checking, says so once."""
     env = _loader_env(acl_redis, LOADER)
     env["REDIS_URL"] = f"redis://127.0.0.1:{acl_redis.server.port + 1}/0"  # nobody listens
-    loader = subprocess.Popen(
-        [sys.executable, "-m", "stream.publish.loader"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
-    )
+    output = tmp_path / "loader.log"
+    with output.open("w") as out:
+        loader = subprocess.Popen(
+            [sys.executable, "-m", "stream.publish.loader"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
     try:
-        time.sleep(2.0)
+        wait_until(
+            lambda: "loader: redis connection" in output.read_text() or loader.poll() is not None,
+            30,
+            "the loader to say Redis is away",
+        )
+        # A negative check: time passes on purpose (five of its 0.2 s intervals), and the
+        # loader neither exits nor says it again.
+        time.sleep(1.0)
         assert loader.poll() is None, "the loader exited while Redis was away"
         loader.send_signal(signal.SIGTERM)
         assert loader.wait(30) == 0
     finally:
         loader.kill()
-    assert loader.stdout is not None
-    out = loader.stdout.read()
-    assert out.count("loader: redis connection") == 1, out
+    text = output.read_text()
+    assert text.count("loader: redis connection") == 1, text
 
 
 def test_the_loader_only_loads(acl_redis: AclRedis) -> None:

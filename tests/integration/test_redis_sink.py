@@ -19,6 +19,7 @@ from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import LIBRARY_NAME, DeadCount, PermanentRedisError, RedisSink
 from stream.session.batch import DeadLetter
 from tests.integration.harness import RedisServer
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -231,6 +232,19 @@ def _fill(client: "redis.Redis") -> int:
     raise AssertionError("maxmemory never reached")
 
 
+def _count_writes(sink: RedisSink) -> list[None]:
+    """One entry per write the sink is asked for (the background writer's retries too)."""
+    attempts: list[None] = []
+    write = sink.write
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(None)
+        return await write(*args, **kwargs)
+
+    sink.write = counted  # type: ignore[method-assign]
+    return attempts
+
+
 def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
     full_redis: RedisServer,
 ) -> None:
@@ -245,6 +259,7 @@ def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
 
     async def scenario() -> None:
         sink = RedisSink(settings)
+        attempts = _count_writes(sink)
         publisher = Publisher(settings, _NoKafka(), sink, on_permanent=seen.append)
         metrics = Metrics.create(settings)
         metrics.redis, metrics.recovered = publisher.state, True
@@ -259,7 +274,8 @@ def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
             await sink.write([update("s000", 1)], now_ms=1)
         for seq in (1, 2, 3):  # three batches while Redis is full: queued, coalesced
             await publisher.write_redis([update(s, seq) for s in sessions], [])
-        await asyncio.sleep(1.0)  # the writer retries meanwhile
+        tried = len(attempts)
+        await until(lambda: len(attempts) >= tried + 3, 30, "three retries by the writer")
         state = publisher.state
         assert seen == []  # no permanent error: the worker would have exited
         assert state.retrying and state.oom and state.reason == "oom"
