@@ -1,6 +1,6 @@
 """The worker's producer: a batch's records out in one Kafka record batch per topic
 partition (``BatchSender``), on aiokafka clients that back off while the broker is away
-(``BackoffProducer``), and the ``Outbox`` the publisher writes a batch through.
+(``BackoffProducer``), and the ``Outbox`` a batch's records leave through.
 """
 
 import asyncio
@@ -241,13 +241,16 @@ def _settle(
 
 
 class Outbox:
-    """The Kafka side of publishing (``publish.Publisher``); every call returns its delivery.
+    """The Kafka side of a commit; every send returns its delivery. A batch's rows'
+    changelog records are the committer's (``stream.app.commit``: it stores the rows
+    itself), its updates and dead letters the publisher's (``publish.Publisher``), as are
+    a sweep's rows and tombstones (``write_row``: the store, then the changelog).
 
-    A row goes straight to its partition's RocksDB store (the partition of the input
-    events it folds: docs/notes/002) and its changelog record, like the updates and dead
-    letters, to one ``BatchSender``: a batch's records leave grouped by topic partition.
-    This is what Faust's ``table[key] = row`` does, less its per-record producer buffer
-    and the "current event" routing it needs a bound event for.
+    A row's changelog record goes to the partition of its store (the partition of the
+    input events it folds: docs/notes/002) and, like the updates and dead letters, to one
+    ``BatchSender``: a batch's records leave grouped by topic partition. This is what
+    Faust's ``table[key] = row`` does, less its per-record producer buffer and the
+    "current event" routing it needs a bound event for.
     """
 
     def __init__(

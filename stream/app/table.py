@@ -14,7 +14,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
-from stream.ops.control import TABLE
+from stream.ops.topics import TABLE
 from stream.session.batch import SessionChange
 from stream.session.processor import SessionRecord
 
@@ -94,7 +94,8 @@ class SessionTable:
         return row
 
     def put(self, key: bytes, row: bytes, partition: int) -> None:
-        """Into the partition's local store; its changelog record is the producer's."""
+        """Into the partition's local store (a batch's rows: ``Committer.commit``, step 2);
+        its changelog record is sent apart, through the producer (``Outbox.send_row``)."""
         self.table.data._db_for_partition(partition).put(key, row)
 
     def delete(self, key: bytes, partition: int) -> None:
