@@ -33,3 +33,24 @@ def test_the_consumer_reads_at_the_isolation_level_set(tmp_path: Path, level: st
 
 def test_the_default_is_read_committed(tmp_path: Path) -> None:
     assert consumer_of(Settings(state_dir=str(tmp_path)))._isolation_level == "read_committed"
+
+
+def test_the_consumer_is_handed_one_value_built_from_the_settings(tmp_path: Path) -> None:
+    settings = Settings(
+        state_dir=str(tmp_path),
+        input_topic="in",
+        fetch_max_wait=0.2,
+        max_buffered_bytes=1_000_000,
+        consumer_thread=True,
+    )
+    app = assemble(settings, 2).app
+    fetch = app.transport.fetch
+    assert app.consumer.fetch is fetch  # handed to the consumer the transport creates
+    assert (fetch.bulk_topics, fetch.fetch_max_wait_ms, fetch.bulk_bytes) == (
+        frozenset({"in"}),
+        200,
+        1_000_000,
+    )
+    assert (fetch.isolation_level, fetch.consumer_thread) == ("read_committed", True)
+    assert fetch.record_age is not None and fetch.leaving is not None
+    assert fetch.leaving() is settings.leave_on_stop
