@@ -11,8 +11,11 @@ from faust.cli.base import find_app
 
 import stream.app
 from stream.app import run
-from stream.app.worker import Worker, assemble, faust_app
+from stream.app.commit import to_messages
+from stream.app.worker import Ledger, Worker, assemble, faust_app
 from stream.config import Settings
+from stream.session.batch import BatchResult, Counts, fold_batch
+from tests.unit.app.memory import TOPIC, batches
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -50,6 +53,25 @@ def test_the_constructor_keeps_its_parts_and_wires_nothing(tmp_path: Path) -> No
     )
     assert not worker.wired and list(app.agents) == []
     assert worker.wire() is worker and list(app.agents) == ["fold_sessions"]
+
+
+def test_the_ledger_counts_each_committed_batch_and_files_it_for_expiry() -> None:
+    """What the commit path's ``committed`` does, built before it (the expiry index is
+    the only part it needs)."""
+    filed: list[BatchResult] = []
+
+    class Index:
+        def file(self, result: BatchResult) -> None:
+            filed.append(result)
+
+    ledger = Ledger(TOPIC, Index())  # type: ignore[arg-type]
+    results = [fold_batch(to_messages(b), lambda key, partition: None) for b in batches((6, 4))]
+    expected = Counts()
+    for result in results:
+        ledger([], result)
+        expected.add(result.counts)
+    assert filed == results
+    assert ledger.totals.as_dict() == expected.as_dict() != Counts().as_dict()
 
 
 def test_faust_dash_a_finds_the_app_prepare_built_from_the_environment(
