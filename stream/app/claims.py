@@ -16,6 +16,7 @@ from typing import Any
 
 from stream.config import Settings
 from stream.ops import control
+from stream.ops.topics import control_topic
 from stream.session.batch import Message
 from stream.session.input import claimed_for_resets, reset_generation
 from stream.session.limits import Limits
@@ -80,7 +81,7 @@ class Claims:
     def _report(self, problems: list[str]) -> None:
         problem = "; ".join(problems)[:500]
         if problem and problem != self.stats.control_problem:
-            log.error("%s: %s", control.control_topic(self.settings), problem)
+            log.error("%s: %s", control_topic(self.settings), problem)
         self.stats.control_problem = problem
 
 

@@ -29,8 +29,6 @@ from stream.ops.admin import admin as admin_client
 from stream.ops.control import (
     Control,
     ControlError,
-    changelog_topic,
-    control_topic,
     read_control,
     write_control,
 )
@@ -59,6 +57,7 @@ from stream.ops.rebuild import (
     plan_rebuild,
     truncate_changelog,
 )
+from stream.ops.topics import changelog_topic, control_topic
 
 
 def register(commands: Any) -> None:

@@ -48,20 +48,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
 from stream.config import Settings
 from stream.environment import ConfigError
 from stream.ops.admin import admin as admin_client
+from stream.ops.topics import KEEP_HISTORY, TABLE, control_topic  # topics: their names
 
 log = logging.getLogger("stream.control")
 
-# The sessions table's name, here rather than in stream.app.table (which declares the
-# table by it): importing that would import faust into every operator command.
-TABLE = "sessions"
 CONTROL_KEY = b"control"
 MAX_NUMBER = 2**53 - 1  # generations and epochs: published in JSON, compared in Lua
 EPOCH_FILE = "epoch"  # in STREAM_STATE_DIR: the epoch this directory's table state is from
 GENERATION_FILE = "generation"  # in STREAM_STATE_DIR: the highest control generation seen
 RESETS_FILE = "resets"  # in STREAM_STATE_DIR: the generations claimed for resets it ran with
-# Compaction keeps the newest record only, and a worker can check a step only against the
-# one before it: the control topic is created never to compact (a record per operator run).
-KEEP_HISTORY = str(2**63 - 1)  # min.compaction.lag.ms
 
 
 # Generations claimed for resets: ascending, disjoint, inclusive ranges, merged where they
@@ -114,15 +109,6 @@ class ControlTopicError(RuntimeError, ConfigError):
 
 class ControlError(ValueError):
     """A control change that cannot be made as asked (a generation not above the current)."""
-
-
-def control_topic(settings: Settings) -> str:
-    return f"{settings.app_id}-control"
-
-
-def changelog_topic(settings: Settings) -> str:
-    """Faust's name for the table's changelog topic."""
-    return f"{settings.app_id}-{TABLE}-changelog"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined,unused-ignore]
 )
 
 from stream.config import Settings
-from stream.ops.control import Control, changelog_topic
+from stream.ops.control import Control
 from stream.ops.offsets import ResetPlan, watermarks
+from stream.ops.topics import changelog_topic
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,13 @@ DAY_MS = 86_400_000
 TOPIC_AUTHORIZATION_FAILED = 29
 DELETE_RETENTION_MS = 7 * DAY_MS  # tombstones outlive the longest restore or absence
 
+# The sessions table's name, here rather than in stream.app.table (which declares the
+# table by it): importing that would import faust into every operator command.
+TABLE = "sessions"
+# Compaction keeps the newest record only, and a worker can check a step only against the
+# one before it: the control topic is created never to compact (a record per operator run).
+KEEP_HISTORY = str(2**63 - 1)  # min.compaction.lag.ms
+
 Role = Literal["input", "output", "dlq", "changelog", "control", "leader"]
 
 
@@ -69,6 +76,16 @@ class Difference:
         return f"{'BREAKS' if self.breaks else 'warning'}: {self.topic}: {self.what}"
 
 
+def control_topic(settings: Settings) -> str:
+    """The rebuild control record's topic (``stream.ops.control``)."""
+    return f"{settings.app_id}-control"
+
+
+def changelog_topic(settings: Settings) -> str:
+    """Faust's name for the table's changelog topic."""
+    return f"{settings.app_id}-{TABLE}-changelog"
+
+
 def leader_topic(settings: Settings) -> str:
     """Faust's group leader topic (``LeaderAssignor._leader_topic_name``)."""
     return f"{settings.app_id}-__assignor-__leader"
@@ -77,9 +94,6 @@ def leader_topic(settings: Settings) -> str:
 def specs(settings: Settings, input_partitions: int | None = None) -> tuple[TopicSpec, ...]:
     """Every topic the service needs. ``input_partitions``: the existing input topic's
     count, which the changelog must equal (``STREAM_PARTITIONS`` when it is new)."""
-    # Imported here: control imports the admin module, whose ensure_topics uses these specs.
-    from stream.ops.control import KEEP_HISTORY, changelog_topic, control_topic
-
     partitions = settings.partitions
     table = input_partitions or partitions
     rf = settings.replication_factor

@@ -19,7 +19,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from stream.config import Settings
-from stream.ops.control import KEEP_HISTORY, Control, ensure_control_topic, read_control_log
+from stream.ops.control import Control, ensure_control_topic, read_control_log
+from stream.ops.topics import KEEP_HISTORY
 from stream.output.headers import DLQ_REASON, RESET_HEADER
 from stream.session.batch import Limits as CoreLimits
 from stream.session.input import MAX_GENERATION

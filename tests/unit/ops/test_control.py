@@ -12,15 +12,12 @@ from stream.config import Settings
 from stream.ops.control import (
     CONTROL_KEY,
     EPOCH_FILE,
-    TABLE,
     Control,
     ControlError,
     ControlRead,
     ControlTopicError,
-    changelog_topic,
     check_control_topic,
     choose_control,
-    control_topic,
     local_control,
     local_epoch,
     local_table_paths,
@@ -29,6 +26,7 @@ from stream.ops.control import (
 )
 from stream.ops.offsets import Earliest, PartitionOffsets, plan_reset
 from stream.ops.rebuild import ChangelogPartition, plan_generation, plan_rebuild
+from stream.ops.topics import TABLE, changelog_topic, control_topic
 
 
 def test_the_worker_s_table_has_the_changelog_the_control_module_names() -> None:
