@@ -1,20 +1,21 @@
 """The headers the service reads and writes on Kafka records: one home for their names.
 
 - On the input topic, ``stream-reset: G`` makes a record a reset (contract: "Per-session
-  processing"; ``stream produce --reset``).
+  processing"; ``stream produce --reset``): the input's, named where the input is read
+  (``session.input``) and listed here with the others.
 - On the dead-letter topic, every record says why and where it came from
   (``dead_letter_headers``).
 - On the output topic, an update carries its generation, tally and view version
   (``output.record.SessionUpdate.headers``), what a re-seed needs besides the payload.
 
-Pure constants and encoding: imported by the core's input decoding, the producer, the
+Pure constants and encoding: imported by the producer, the dead-letter writer, the
 re-seed and every reader of these topics.
 """
 
 from typing import Final, Protocol
 
 # A control record, not an event: "start this session over under generation G".
-RESET_HEADER: Final = "stream-reset"
+from stream.session.input import RESET_HEADER as RESET_HEADER
 
 # Dead letters (DLQ records): the reason, and the source record's place.
 DLQ_REASON: Final = "reason"

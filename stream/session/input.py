@@ -11,7 +11,6 @@ from stream.contract.errors import Unreadable, safe_text
 from stream.contract.events import Event, event_time, read_event
 from stream.contract.jsontext import PARSE_DEPTH, check_depth, dumps, loads, might_nest
 from stream.contract.storage import ChunkRun, decode_line
-from stream.output.headers import RESET_HEADER
 from stream.session.limits import Limits
 from stream.session.results import DeadLetter
 
@@ -31,6 +30,11 @@ class Message:
     unread: str | None = None
     records: int = 1  # input records this message stands for (an unread batch: several)
 
+
+# The input topic's reset header: part of the input contract this module reads (the
+# writers, `stream produce --reset`, and the list of every header, stream.output.headers,
+# take it from here).
+RESET_HEADER: Final = "stream-reset"
 
 # A reset (``RESET_HEADER``) is a control record, not an event: "start this session over
 # under generation G". Sent by `stream produce --reset` before a session's complete log,
