@@ -51,6 +51,7 @@ from stream.gateway.config import GatewayConfig
 from stream.gateway.hub import Hub
 from stream.gateway.meter import summary
 from stream.gateway.metrics import METRICS, GatewayMetrics, served
+from stream.gateway.state import HUB, STREAMS, StreamCounts
 from stream.gateway.store import RedisStore, Store, Stored, connect
 
 log = logging.getLogger(__name__)
@@ -77,9 +78,10 @@ Options = GatewayConfig  # the name ``stream serve`` and the tests know
 
 SETTINGS = web.AppKey("settings", Settings)
 OPTIONS = web.AppKey("options", GatewayConfig)
-HUB = web.AppKey("hub", Hub)
 STORE: web.AppKey[Store] = web.AppKey("store")
 VERIFIER: web.AppKey[Verifier | None] = web.AppKey("verifier")
+PAGES: web.AppKey[dict[str, bytes]] = web.AppKey("pages")
+PAGE_HEADERS: web.AppKey[dict[str, str]] = web.AppKey("page_headers")
 
 _UNAVAILABLE = {"error": "Redis is unavailable"}
 
@@ -268,44 +270,6 @@ def _authenticated(
         return await handler(request, grant)
 
     return wrapped
-
-
-# -- stream limits ---------------------------------------------------------------------
-class StreamCounts:
-    """Open streams per token subject and per client address (429 beyond the limits)."""
-
-    def __init__(self, per_subject: int, per_address: int) -> None:
-        self.per_subject = per_subject
-        self.per_address = per_address
-        self.subjects: dict[str, int] = {}
-        self.addresses: dict[str, int] = {}
-        self.refused = 0
-
-    def acquire(self, subject: str | None, address: str) -> str | None:
-        """Counts a new stream in, or says which limit refuses it."""
-        if subject is not None and 0 < self.per_subject <= self.subjects.get(subject, 0):
-            self.refused += 1
-            return f"at most {self.per_subject} concurrent streams per token subject"
-        if 0 < self.per_address <= self.addresses.get(address, 0):
-            self.refused += 1
-            return f"at most {self.per_address} concurrent streams per client address"
-        if subject is not None:
-            self.subjects[subject] = self.subjects.get(subject, 0) + 1
-        self.addresses[address] = self.addresses.get(address, 0) + 1
-        return None
-
-    def release(self, subject: str | None, address: str) -> None:
-        for counts, key in ((self.subjects, subject), (self.addresses, address)):
-            if key is None or key not in counts:
-                continue
-            counts[key] -= 1
-            if not counts[key]:
-                del counts[key]
-
-
-STREAMS = web.AppKey("streams", StreamCounts)
-PAGES: web.AppKey[dict[str, bytes]] = web.AppKey("pages")
-PAGE_HEADERS: web.AppKey[dict[str, str]] = web.AppKey("page_headers")
 
 
 # -- routes ----------------------------------------------------------------------------

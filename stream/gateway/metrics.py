@@ -15,6 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from stream.gateway.state import HUB, STREAMS
+
 log = logging.getLogger(__name__)
 
 # RFC 6750's error codes as the gateway answers them: no token, a malformed request, a
@@ -29,8 +31,6 @@ class _State(Collector):
         self.app = app
 
     def collect(self) -> Iterable[Metric]:
-        from stream.gateway.app import HUB, STREAMS  # the app module imports this one
-
         hub = self.app.get(HUB)
         streams = self.app.get(STREAMS)
         open_ = GaugeMetricFamily("stream_gateway_streams_open", "SSE streams open")
