@@ -7,7 +7,6 @@ groups by part; ``from_env`` reads them all, then checks what spans several.
 """
 
 import os
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -553,29 +552,6 @@ class Settings:
     def instance_id(self) -> str | None:
         """The static member id the worker joins its group with; None: a dynamic member."""
         return self.group_instance_id if self.static_membership and self.group_instance_id else None
-
-    @property
-    def redis_url_redacted(self) -> str:
-        """``REDIS_URL`` fit for logs: any password replaced by ``***``."""
-        url = re.sub(r"([?&]password=)[^&#]*", r"\1***", self.redis_url)  # redis-py takes it too
-        head, sep, tail = url.rpartition("@")  # a raw '@' may be in the password
-        if not sep:
-            return url
-        scheme, _, credentials = head.partition("://")
-        user = credentials.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{tail}" if ":" in credentials else f"{scheme}://***@{tail}"
-
-    def redis_options(self) -> dict[str, Any]:
-        """Redis AUTH/TLS keyword arguments for ``from_url`` (sync and asyncio clients):
-        the one place every Redis client of the service gets them from."""
-        options: dict[str, Any] = {}
-        if self.redis_username:
-            options["username"] = self.redis_username
-        if self.redis_password:
-            options["password"] = self.redis_password
-        if self.redis_tls_cafile:
-            options["ssl_ca_certs"] = self.redis_tls_cafile
-        return options
 
     @property
     def redis_layout(self) -> "RedisLayout":

@@ -38,9 +38,9 @@ from stream.cli.reach import REDIS_ENV, connect_redis, environment
 from stream.config import ConfigError, Settings
 from stream.gateway.meter import Meter, bar_cells, meter
 from stream.gateway.sse import seq_of
-from stream.gateway.store import connection_options
 from stream.output.layout import newest
 from stream.output.redis import UPDATE_FIELD, is_expiry
+from stream.redis_client import sync_client
 
 RING: Final = "○◔◑◕●"
 LEVEL_STYLE: Final = {"ok": "bold medium_purple1", "warn": "bold yellow", "high": "bold red"}
@@ -402,8 +402,6 @@ def _follow(
 
 
 def run(args: argparse.Namespace) -> int:
-    import redis
-
     try:
         settings = Settings.from_env()
     except ConfigError as error:
@@ -413,13 +411,7 @@ def run(args: argparse.Namespace) -> int:
     if reached is None:
         return 1
     reached.close()
-    client: Any
-    if settings.redis_cluster:
-        from redis.cluster import RedisCluster
-
-        client = RedisCluster.from_url(settings.redis_url, **connection_options(settings))
-    else:
-        client = redis.Redis.from_url(settings.redis_url, **connection_options(settings))
+    client: Any = sync_client(settings)
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     live = not args.json and not args.lines and sys.stdout.isatty()
     session = args.session or args.session_option

@@ -36,6 +36,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from stream.config import ConfigError, Settings
 from stream.gateway.app import SERVER, build_app, verifier_of
 from stream.gateway.config import GatewayConfig, bind_refusal, is_loopback
+from stream.redis_client import redacted_url
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -231,7 +232,7 @@ def listening_line(settings: Settings, host: str, port: int, auth: str | None = 
     terminals and log files."""
     shown = f"[{host}]" if ":" in host else host
     return (
-        f"stream serve: http://{shown}:{port}/ (Redis {settings.redis_url_redacted},"
+        f"stream serve: http://{shown}:{port}/ (Redis {redacted_url(settings.redis_url)},"
         f" prefix {settings.redis_key_prefix!r}{'' if auth is None else f', auth {auth}'})"
     )
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from stream.config import Settings
 from stream.gateway.sse import Version, seq_of
 from stream.output.layout import RedisLayout, newest
 from stream.output.redis import HASH_FIELDS, UPDATE_FIELD
+from stream.redis_client import async_client
 
 SCAN = 1000  # recent-set entries one listing looks at (STREAM_GATEWAY_LIST_SCAN)
 
@@ -54,38 +54,17 @@ def stored(values: Sequence[object]) -> Stored | None:
     return Stored((_number(gen) or 0, number, _number(n) or 0, _number(v) or 0), update)
 
 
-def connection_options(settings: Settings) -> dict[str, Any]:
-    """Redis AUTH/TLS keyword arguments for ``from_url`` (sync and asyncio clients)."""
-    return settings.redis_options()
-
-
 def connect(settings: Settings, max_connections: int = 32) -> "aioredis.Redis":
-    if settings.redis_cluster:
-        # Per master a pool of at most ``max_connections``; a caller past it waits (up to
-        # 10 s) instead of failing, as with the blocking pool below.
-        cluster = AsyncRedisCluster.from_url(
-            settings.redis_url,
-            max_connections=max_connections,
-            socket_connect_timeout=5,
-            socket_keepalive=True,
-            health_check_interval=15,
-            client_name="stream-gateway",
-            **connection_options(settings),
-        )
-        return cast("aioredis.Redis", cluster)  # the same commands, named by their keys
-    # A blocking pool: a thousand clients connecting at once queue for a few connections
-    # instead of opening a thousand.
-    pool = aioredis.BlockingConnectionPool.from_url(
-        settings.redis_url,
+    """The gateway's client (``stream.redis_client``): at most ``max_connections`` per
+    server, a caller past them waiting instead of opening more, and TCP keepalive on its
+    long-lived subscription."""
+    client = async_client(
+        settings,
+        client_name="stream-gateway",
+        keepalive=True,
         max_connections=max_connections,
-        timeout=10,
-        socket_connect_timeout=5,
-        socket_keepalive=True,
-        health_check_interval=15,
-        client_name="stream-gateway",  # tells operators (CLIENT LIST) whose connections these are
-        **connection_options(settings),
     )
-    return aioredis.Redis(connection_pool=pool)
+    return cast("aioredis.Redis", client)  # a cluster's: the same commands, named by their keys
 
 
 def _bytes(value: object) -> bytes | None:

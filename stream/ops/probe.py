@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stream.config import Settings
+from stream.redis_client import redacted_url, sync_client
 
 KAFKA_WAIT = 8.0  # seconds a probe waits for a broker before "no answer"
 REDIS_WAIT = 3.0  # seconds a Redis connect or reply may take
@@ -244,7 +245,7 @@ _DNS = ("name or service not known", "temporary failure in name", "nodename nor 
 def redis_cause(kind: str, message: str, settings: Settings) -> Cause:
     """The cause of a failed Redis connect or PING: ``kind`` is the exception's class
     name, ``message`` its text."""
-    where = settings.redis_url_redacted
+    where = redacted_url(settings.redis_url)
     text = message.rstrip(".")
     lowered = text.lower()
 
@@ -291,17 +292,7 @@ def redis_cause(kind: str, message: str, settings: Settings) -> Cause:
 def redis_client(settings: Settings, timeout: float = REDIS_WAIT) -> Any:
     """A synchronous client (standalone or cluster) whose connects and replies give up
     after ``timeout`` seconds; raises what redis-py raises when no node answers."""
-    import redis
-
-    options = settings.redis_options() | {
-        "socket_connect_timeout": timeout,
-        "socket_timeout": timeout,
-    }
-    if settings.redis_cluster:
-        from redis.cluster import RedisCluster
-
-        return RedisCluster.from_url(settings.redis_url, **options)
-    return redis.Redis.from_url(settings.redis_url, **options)
+    return sync_client(settings, connect_timeout=timeout, reply_timeout=timeout)
 
 
 def connect_redis(settings: Settings) -> tuple[Any, Cause | None]:

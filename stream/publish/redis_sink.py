@@ -74,6 +74,7 @@ from stream.publish.library import (
     SESSIONS_WRITE_SHARDED,
     library,
 )
+from stream.redis_client import async_client
 
 _NO_FUNCTION = "Function not found"  # Redis' answer to FCALL of a function it lacks
 
@@ -190,23 +191,11 @@ WRITE_CHUNK = 500
 
 
 def connect(settings: Settings, client_name: str = "stream-worker", url: str = "") -> Client:
-    """The asyncio client ``settings`` ask for: of one server, or (``REDIS_CLUSTER``) of a
-    cluster, ``REDIS_URL`` naming any of its nodes. ``url``: another user's URL instead (the
-    loader's), which carries its own credentials (``REDIS_USERNAME`` and ``REDIS_PASSWORD``
-    are the worker's)."""
-    options = {
-        "health_check_interval": 15,
-        "socket_connect_timeout": 5,
-        "client_name": client_name,
-        **settings.redis_options(),
-    }
-    if url:
-        options.pop("username", None)
-        options.pop("password", None)
-    target = url or settings.redis_url
-    if settings.redis_cluster:
-        return AsyncRedisCluster.from_url(target, **options)
-    return aioredis.Redis.from_url(target, **options)
+    """The worker's (or the loader's) asyncio client, of one server or of a cluster
+    (``stream.redis_client``). ``url``: another user's URL instead (the loader's), which
+    carries its own credentials (``REDIS_USERNAME`` and ``REDIS_PASSWORD`` are the
+    worker's)."""
+    return async_client(settings, client_name=client_name, url=url)
 
 
 async def load_library(client: Client) -> None:

@@ -42,6 +42,7 @@ from stream.publish.redis_sink import (
     PermanentRedisError,
     RedisSink,
 )
+from stream.redis_client import sync_client
 from tests.integration.harness import RedisServer
 from tests.waiting import until, wait_until
 
@@ -414,7 +415,7 @@ def test_the_gateway_reads_as_its_user(acl_redis: AclRedis) -> None:
     asyncio.run(go())
 
     # `stream watch`: one session's channel, its hash and the recent set.
-    client = redis.Redis.from_url(gateway.redis_url, **gateway.redis_options())
+    client = sync_client(gateway)
     pubsub = client.pubsub()
     pubsub.subscribe(layout.session_key("g1"))
     confirmed = pubsub.get_message(timeout=5)

@@ -14,6 +14,7 @@ import stream.config
 from stream.config import ConfigError, KafkaSecurity, Settings
 from stream.environment import GROUPS, read, rows
 from stream.output.layout import RedisLayout
+from stream.redis_client import auth_options
 
 ROOT = Path(stream.config.__file__).resolve().parents[1]
 
@@ -363,26 +364,10 @@ def test_redis_tls_cafile_needs_a_rediss_url() -> None:
     assert settings.redis_tls_cafile == "/ca.pem"
 
 
-def test_redis_options_carry_only_what_is_set() -> None:
-    assert Settings.from_env({}).redis_options() == {}
-    env = {
-        "REDIS_URL": "rediss://r:6380/0",
-        "REDIS_USERNAME": "svc",
-        "REDIS_PASSWORD": "pw",
-        "REDIS_TLS_CAFILE": "/ca.pem",
-    }
-    assert Settings.from_env(env).redis_options() == {
-        "username": "svc",
-        "password": "pw",
-        "ssl_ca_certs": "/ca.pem",
-    }
-    assert Settings.from_env({"REDIS_PASSWORD": "pw"}).redis_options() == {"password": "pw"}
-
-
 def test_empty_credentials_count_as_unset() -> None:
     env = {"REDIS_USERNAME": "", "REDIS_PASSWORD": "", "KAFKA_SSL_CAFILE": ""}
     settings = Settings.from_env(env)
-    assert settings.redis_options() == {}
+    assert auth_options(settings) == {}
     assert settings.kafka.ssl_cafile is None
 
 
@@ -408,28 +393,6 @@ def test_no_password_in_repr() -> None:
     for secret in ("url-s3cret", "hunter2", "pa55word"):
         assert secret not in text
     assert "svc" in text  # user names are not secrets
-
-
-@pytest.mark.parametrize(
-    ("url", "redacted"),
-    [
-        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-        ("redis://svc:s3cret@r:6379/0", "redis://svc:***@r:6379/0"),
-        ("rediss://:s3cret@r:6380/1", "rediss://:***@r:6380/1"),
-        ("redis://s3cret@r/0", "redis://***@r/0"),  # a bare token is hidden too
-        ("redis://svc:p%40ss%3Aw0rd@r/0", "redis://svc:***@r/0"),  # encoded @ and :
-        ("redis://r/0?password=s3cret&db=1", "redis://r/0?password=***&db=1"),  # redis-py's
-    ],
-)
-def test_redis_url_redacted_hides_the_password(url: str, redacted: str) -> None:
-    settings = Settings.from_env({"REDIS_URL": url})
-    assert settings.redis_url_redacted == redacted
-    assert settings.redis_url == url  # the real URL is still what clients connect with
-
-
-def test_a_raw_at_sign_in_the_password_stays_hidden() -> None:
-    settings = Settings.from_env({"REDIS_URL": "redis://svc:p@ss-tail@r:6379/0"})
-    assert "ss-tail" not in settings.redis_url_redacted
 
 
 def test_redis_cluster_gives_the_sharded_layout_and_needs_a_prefix_without_braces() -> None:

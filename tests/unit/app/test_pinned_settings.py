@@ -6,6 +6,7 @@ import pytest
 
 from stream.app.worker import assemble
 from stream.config import Settings
+from stream.redis_client import redacted_url
 
 
 def test_faust_environment_variables_are_ignored(
@@ -42,4 +43,4 @@ def test_secrets_stay_out_of_reprs() -> None:
     )
     text = repr(settings)
     assert "s3cret" not in text and "hunter2" not in text and "pa55" not in text
-    assert settings.redis_url_redacted == "redis://user:***@redis:6379/0"
+    assert redacted_url(settings.redis_url) == "redis://user:***@redis:6379/0"
