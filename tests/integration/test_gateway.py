@@ -98,6 +98,7 @@ class SseClient:
                     line = raw.rstrip(b"\n")
                     if line.startswith(b":"):
                         self.comments += 1
+                        self._arrived.set()
                     elif line.startswith(b"id: "):
                         event_id = line[4:].decode()
                     elif line.startswith(b"event: "):
@@ -200,9 +201,8 @@ def test_sse_delivers_every_update_in_order_and_resumes_by_last_event_id(
             # Connected before the session exists: heartbeats only, then every update.
             live = SseClient(url)
             task = asyncio.create_task(live.run(http))
-            await live.wait(lambda c: c.status == 200)
-            await asyncio.sleep(1.2)
-            assert live.events == [] and live.comments >= 2  # heartbeats every 0.5 s
+            await live.wait(lambda c: c.comments >= 2)  # heartbeats every 0.5 s
+            assert live.status == 200 and live.events == []
             seq = await asyncio.to_thread(feeder.paced, key, log, 0, first_end, 12, 0.08)
             await live.wait(lambda c: c.events and c.events[-1][0] == seq)
             published = recorder.seqs()
@@ -240,8 +240,9 @@ def test_sse_delivers_every_update_in_order_and_resumes_by_last_event_id(
             # Resuming at the newest seq sends nothing at once (no repeat), heartbeats only.
             current = SseClient(url, last_event_id=seq3)
             quiet = asyncio.create_task(current.run(http))
-            await asyncio.sleep(1.2)
-            assert current.status == 200 and current.events == [] and current.comments >= 1
+            # A repeat would come at once, before the stream's first heartbeat.
+            await current.wait(lambda c: c.comments >= 1)
+            assert current.status == 200 and current.events == []
             for pending in (task, quiet):
                 pending.cancel()
 
@@ -361,7 +362,9 @@ def test_a_slow_client_is_dropped_without_slowing_the_others(
                 tasks = [asyncio.create_task(c.run(http)) for c in fast]
                 for c in fast:
                     await c.wait(lambda c: c.events)
-                await asyncio.sleep(0.2)
+                await asyncio.to_thread(
+                    wait_until, lambda: small.health()["clients"] >= 6, 10, "the slow reader too"
+                )
                 for seq in range(1, 301):
                     body = orjson.dumps({"sessionId": key, "seq": seq, "pad": pad})
                     await asyncio.to_thread(write, body, seq)
@@ -419,8 +422,12 @@ def test_the_gateway_resubscribes_after_losing_redis_and_catches_up(
                 for line in authed.client_list():
                     if line.get("name") == "stream-gateway":
                         authed.client_kill_filter(_id=line["id"])
-                await asyncio.sleep(0.5)
-                assert gateway.health()["subscribed"] is False
+                await asyncio.to_thread(
+                    wait_until,
+                    lambda: gateway.health()["subscribed"] is False,
+                    10,
+                    "the gateway to notice its subscription is gone",
+                )
                 update = orjson.dumps({"sessionId": key, "seq": 2, "while": "away"})
                 authed.hset(channel, mapping={"update": update, "seq": 2})
                 authed.publish(channel, update)  # nobody from the gateway hears this
