@@ -1,6 +1,5 @@
-"""The drain loop's decisions, as plain values: what the bulk consumer (``stream.app.fetch``)
-does with each fetch, each partition's part of it and each record, decided here and
-applied there.
+"""The drain loop's decisions, as plain values: what the bulk consumer does with each fetch,
+partition and record. ``stream.app.fetch`` applies them.
 
 No Faust, no aiokafka, no event loop, no clock (``now`` is passed in): partitions are any
 hashable value with a ``topic``, records anything with an ``offset`` (and, where named,
@@ -22,7 +21,8 @@ row of ``tests/unit/app/test_drain_plan.py``.
 - ``after_seek_to_committed``: the read offsets a seek to the committed offsets leaves,
   and the input partitions with none, moved to their beginning (a seek of one partition
   leaves ``offsets.read_after_seek``).
-- ``record_ages``: each handed-over part's age, as the metric observes it.
+- ``is_raw``, ``record_ages``: which channels take a partition's records as one list, and
+  each handed-over part's age, as the metric observes it.
 """
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -159,6 +159,11 @@ def refetch_dropped(first: int, read: int | None) -> str | None:
     was not read past them since (a duplicate of ``read`` at most), ``"beginning"`` when
     nothing was read since a seek put it there, None when it was read past them.
 
+    The records may have been fetched after the seek took effect, from where it put the
+    fetcher: then nothing brings them again until the partition's next record shows the
+    jump, and the last records of a quiet partition would wait for good (seen after an
+    out-of-range reset during recovery's seek).
+
     After a seek, ``read`` is the offset before the one it put the fetcher at
     (``read_after_seek``): records dropped from exactly there are fetched again
     (docs/notes/024)."""
@@ -202,7 +207,8 @@ def empty_end(
     """An input partition whose fetcher stands at its end ``high`` (``position``) past the
     record read last (``last``, still its read offset ``read_now``): a jump to its end
     with no record after it to show it (a transaction's commit marker ends every
-    transactional write). Fetched again from ``last`` once; at the same end again, its
+    transactional write), so the commit would stop short of the end until one does, and
+    the lag stay at 1. Fetched again from ``last`` once; at the same end again, its
     offsets ``last + 1``..``high - 1`` hold no record and the read offset moves to
     ``high - 1``, so it is not checked again until a record follows (docs/notes/024, 025)."""
     if position != high or read_now != last:
@@ -248,6 +254,20 @@ def after_seek_to_committed(
     )
 
 
+def is_raw(channel: Any) -> bool:
+    """Whether Faust would hand this channel the record's key and value bytes unchanged:
+    then it takes each partition's records of a fetch as one list."""
+    schema = getattr(channel, "schema", None)
+    if schema is None:
+        return False
+    return (
+        schema.key_type is bytes
+        and schema.value_type is bytes
+        and schema.key_serializer in ("raw", None)
+        and schema.value_serializer in ("raw", None)
+    )
+
+
 def record_ages(now: float, parts: Iterable[tuple[Any, Sequence[Any]]]) -> list[float]:
     """Each part's age at ``now`` (wall-clock seconds), by its middle record's timestamp;
     a part with no record or no timestamp has none."""
@@ -273,6 +293,7 @@ __all__ = [
     "empty_end",
     "end_worth_checking",
     "ends_due",
+    "is_raw",
     "passed_end",
     "record_ages",
     "refetch_dropped",

@@ -1,29 +1,23 @@
 """The worker's fetch path: Faust's consumer, handing records over in bulk.
 
-Stock Faust hands every fetched record on one at a time: ``Consumer._drain_messages``
-wraps each in ``wait_first`` (four tasks per record), the conductor takes a lock and
-decodes it through the serializer registry, and the stream iterator sleeps, runs sensors
-and acks per event. At a few thousand records per second that path, not the fold, is
-the worker's CPU (docs/performance.md). ``BulkConsumer`` takes it out, keeping what Faust
-guarantees: for the topics named in ``bulk_topics`` (the agent's input), every record of
-one fetch is checked against the read offset exactly as Faust does (gaps,
-``commit_every``) and each partition's records go on the subscribing raw channel's queue
-as one list of Faust messages (``stream.app.bulkqueue``): no ``Event`` per record, no
-queue operation per record (raw bytes need no decoding). The queue is Faust's own,
-bounded in records and in bytes (one fetch may go beyond), kept out of Faust's pause at
-high pressure and of flow control's clearing. A full queue waits — for room or for the
-rebalance that suspends the flow, as Faust's ``wait_first`` does. Records fetched before
-a rebalance or a seek are dropped without moving the read offset, so they are fetched
-again. A jump in an input partition's offsets is fetched again once before Faust may
-commit past it (``Holes``), and ``perform_seek`` moves partitions without a committed
-offset to their beginning. A table's changelog goes, a partition's records of a fetch at
-a time, to its bulk restore (``transport.changelogs``, ``stream.app.restore``); other
-topics take Faust's path. The agent's side (batches, acks) is ``stream.app.batching``.
+Stock Faust hands every fetched record on one at a time (``wait_first``, four tasks per
+record; the conductor's lock and decoding; the stream's sleep, sensors and ack per
+event): at a few thousand records per second that path, not the fold, was the worker's
+CPU (docs/performance.md). ``BulkConsumer`` takes it out, keeping what Faust guarantees:
+every record of the input (``FetchSettings.bulk_topics``) is checked against the read
+offset as Faust does, and each partition's records go on the raw channel's queue as one
+list of Faust messages (``stream.app.bulkqueue``), bounded in records and in bytes; a
+full queue waits, for room or for the rebalance that suspends the flow. What is done with
+each fetch, partition and record — read offsets, holes fetched again, records a seek or
+a rebalance dropped, empty ends, seeks — is decided by ``stream.app.drain``; here it is
+applied to Faust and aiokafka. A table's changelog goes to its bulk restore
+(``stream.app.restore``), other topics take Faust's path; the agent's side is
+``stream.app.batching``.
 
-``install`` gives the app this consumer and the producer of ``stream.app.producer``, both
-on the backoff clients of ``stream.app.backoff``. Written against faust-streaming 0.15.3
-and aiokafka 0.14.0 (pinned); every private name of theirs the worker relies on is listed
-in ``stream.app.internals`` and checked against the installed versions.
+``install`` gives the app this consumer, with its settings (``FetchSettings``), and the
+producer of ``stream.app.producer``, on the backoff clients of ``stream.app.backoff``.
+Written against faust-streaming 0.15.3 and aiokafka 0.14.0 (pinned); every private name
+of theirs relied on is listed in ``stream.app.internals``.
 """
 
 import asyncio
@@ -48,41 +42,18 @@ from stream.app.offsets import Holes, read_after_seek
 from stream.app.producer import BackoffProducer
 
 
-def _is_raw(channel: Any) -> bool:
-    """Whether Faust would hand this channel the record's key and value bytes unchanged."""
-    schema = getattr(channel, "schema", None)
-    if schema is None:
-        return False
-    return (
-        schema.key_type is bytes
-        and schema.value_type is bytes
-        and schema.key_serializer in ("raw", None)
-        and schema.value_serializer in ("raw", None)
-    )
-
-
 @dataclass(frozen=True)
 class FetchSettings:
-    """What the worker's settings make of its consumer, built once (``of``) and handed to
-    the transport, which hands it to each consumer it creates. The defaults are the
-    settings' own (``stream.config.Settings``): ``of`` is the way to build one.
+    """What the worker's settings make of its consumer, built once (``of``: the defaults
+    are the settings' own) and handed to the transport and each consumer it creates."""
 
-    ``bulk_topics``: the input, handed over in bulk. ``fetch_max_wait_ms``: how long the
-    broker may hold a fetch that finds nothing new (``install``). ``bulk_bytes``: the bytes
-    of input handed over and not yet in a batch (``stream.app.batching``); None: only the
-    record count bounds. ``isolation_level``: set on the aiokafka consumer (Faust reads
-    committed only under exactly-once; docs/notes/025). ``consumer_thread``: Faust's
-    consumer thread; False runs the consumer on the app's loop (``InlineConsumerThread``).
-    ``record_age``: given each fetch's records' age as they are handed over (the metric).
-    ``leaving``: whether a static member leaves its group as it stops (note 027)."""
-
-    bulk_topics: frozenset[str]
-    fetch_max_wait_ms: int | None
-    bulk_bytes: int | None
-    isolation_level: str
-    consumer_thread: bool
-    record_age: Callable[[float], None] | None = None
-    leaving: Callable[[], bool] | None = None
+    bulk_topics: frozenset[str]  # the input, handed over in bulk
+    fetch_max_wait_ms: int | None  # the longest a fetch waits at the broker (``install``)
+    bulk_bytes: int | None  # input bytes handed over, not yet in a batch (None: no bound)
+    isolation_level: str  # set on the aiokafka consumer (docs/notes/025)
+    consumer_thread: bool  # False: the consumer on the app's loop (``InlineConsumerThread``)
+    record_age: Callable[[float], None] | None = None  # each fetch's age as handed over
+    leaving: Callable[[], bool] | None = None  # whether a static member leaves (note 027)
 
     @classmethod
     def of(
@@ -296,12 +267,8 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         self._read_offset[tp] = last
 
     async def _fetch_dropped_again(self) -> None:
-        """Records dropped because a seek was under way (``_seek_moved``) may have been
-        fetched after the seek took effect, from where it put the fetcher: then nothing
-        brings them again until the partition's next record shows the jump, and the last
-        records of a quiet partition would wait for good (seen after an out-of-range
-        reset during recovery's seek). So once no seek is under way, each partition with
-        dropped records is fetched again as ``drain.refetch_dropped`` decides."""
+        """Once no seek is under way, each partition with records dropped because a seek
+        or a rebalance came first is fetched again as ``drain.refetch_dropped`` decides."""
         holes = self._holes
         dropped, holes.dropped = holes.dropped, {}
         for tp, first in dropped.items():
@@ -321,12 +288,9 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
     _ends_checked = 0.0  # monotonic: when the input's ends were last checked
 
     async def _pass_empty_ends(self, bulk_topics: frozenset[str], records: Any) -> None:
-        """Offsets at the end of an input partition that hold no record (a transaction's
-        commit marker ends every transactional write) show no jump: no record follows them,
-        so the commit would stop short of the partition's end until one does, and its lag
-        would stay at 1. So at most once a second (``drain.ends_due``), each input
-        partition this fetch brought nothing for is checked as a jump to its end
-        (``drain.empty_end``)."""
+        """At most once a second (``drain.ends_due``), each input partition this fetch
+        brought nothing for is checked as a jump to its end (``drain.empty_end``): offsets
+        there holding no record would hold the commit short of the end (note 024)."""
         now = time.monotonic()
         if not drain.ends_due(
             now, self._ends_checked, bool(self._seeking), bool(self._holes.dropped)
@@ -437,7 +401,7 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
             if not messages:
                 continue
             channels = index.get(tp)
-            raw = [channel for channel in channels or () if _is_raw(channel)]
+            raw = [channel for channel in channels or () if drain.is_raw(channel)]
             for channel in raw:  # room first: no await between the check and the puts
                 queue = channel.queue
                 # Only a full queue waits, and only a wait gives up on a suspended flow:

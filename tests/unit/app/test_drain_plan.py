@@ -326,6 +326,29 @@ def test_an_empty_end(
     assert drain.empty_end(TP0, 9, 11, position, read_now, holes) is end
 
 
+@dataclass
+class Schema:
+    key_type: Any = bytes
+    value_type: Any = bytes
+    key_serializer: str | None = "raw"
+    value_serializer: str | None = "raw"
+
+
+@pytest.mark.parametrize(
+    ("schema", "raw"),
+    [
+        pytest.param(Schema(), True, id="raw-bytes"),
+        pytest.param(Schema(key_serializer=None, value_serializer=None), True, id="bytes"),
+        pytest.param(Schema(value_type=dict), False, id="a-model"),
+        pytest.param(Schema(value_serializer="json"), False, id="json"),
+        pytest.param(None, False, id="no-schema"),
+    ],
+)
+def test_which_channels_take_a_list(schema: Schema | None, raw: bool) -> None:
+    channel = type("Channel", (), {"schema": schema})()
+    assert drain.is_raw(channel) is raw
+
+
 def test_the_ages_of_a_hand_over() -> None:
     parts = [
         (TP0, [Record(1, timestamp=90.0), Record(2, timestamp=95.0), Record(3)]),
