@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -200,8 +201,7 @@ def test_only_valid_tokens_read(secured: Gateway, signer: Signer, sessions: Sess
         assert status == 401, what
         assert 'error="invalid_token"' in headers["WWW-Authenticate"], what
         if what in logged:
-            reason = logged[what]
-            wait_until(lambda t=token, r=reason: line_for(t, r), 10, f"{what} logged", every=0.2)
+            wait_until(partial(line_for, token, logged[what]), 10, f"{what} logged", every=0.2)
     log = secured.log()
     for reason in logged.values():
         assert reason in log, reason
