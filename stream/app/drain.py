@@ -110,7 +110,7 @@ SKIP = Step(Kind.SKIP)
 TAKE = Step(Kind.TAKE)
 
 
-def check(tp: Any, read: int | None, offset: int, *, bulk: bool, acks: bool, holes: Holes) -> Step:
+def check(tp: Any, read: int | None, offset: int, bulk: bool, acks: bool, holes: Holes) -> Step:
     """One record at ``offset`` against the partition's read offset ``read`` (the last
     offset read; None: none yet), as Faust's drain loop checks it, with the input's
     (``bulk``) jumps fetched again once before they count (``Holes``).
@@ -120,16 +120,15 @@ def check(tp: Any, read: int | None, offset: int, *, bulk: bool, acks: bool, hol
     then its offsets are noted as holding no record, the record after it excluded. Other
     topics take Faust's gap, which includes it. ``read`` is tested against None, not for
     truth as Faust does: a jump from offset 0 went unseen (docs/notes/025)."""
-    if read is None:
-        return _taken(holes, tp, offset) if bulk and holes.spans else TAKE
-    if offset < read:
-        return SKIP
-    if offset - read > 1 and acks:
-        if not bulk:
-            return Step(Kind.TAKE_PAST_GAP, read + 1, offset)
-        if not holes.confirmed(tp, read, offset):
-            return Step(Kind.FETCH_AGAIN, read, offset)
-        return Step(Kind.TAKE_PAST_HOLE, read + 1, offset - 1)
+    if read is not None:  # called per record: positional arguments, no allocation
+        if offset < read:
+            return SKIP
+        if offset - read > 1 and acks:
+            if not bulk:
+                return Step(Kind.TAKE_PAST_GAP, read + 1, offset)
+            if not holes.confirmed(tp, read, offset):
+                return Step(Kind.FETCH_AGAIN, read, offset)
+            return Step(Kind.TAKE_PAST_HOLE, read + 1, offset - 1)
     return _taken(holes, tp, offset) if bulk and holes.spans else TAKE
 
 

@@ -179,30 +179,32 @@ class BulkConsumer(BulkAcks, faust_aiokafka.Consumer):
         to_message = self._to_message
         commit_every = self._commit_every
         acks = self.app.topics.acks_enabled_for(tp.topic)
+        check, take, kinds = drain.check, drain.TAKE, drain.Kind  # per record: local names
         taken: list[Any] | None = None  # this partition's records in pending
         read = self._read_offset[tp]
         for record in batch:
             message = to_message(tp, record)
             offset = message.offset
-            step = drain.check(tp, read, offset, bulk=bulk, acks=acks, holes=holes)
-            kind = step.kind
-            if kind is drain.Kind.SKIP:
-                continue  # already read (Faust logs "DROPPED MESSAGE ROFF")
-            if kind is drain.Kind.FETCH_AGAIN:  # the span again before committing past it
-                if pending:
-                    await self._hand_over(pending, epoch)
-                    pending.clear()
-                if drain.dropped_by_seek(self._seek_moved(epoch), self.suspend_flow.is_set()):
-                    holes.drop([(tp, [message])])
-                    return True
-                await self._fetch_again(tp, step.first, step.last)
-                return False
-            if kind is drain.Kind.TAKE_PAST_HOLE:  # fetched twice: no record there
-                self._note_gap(tp, step.first, step.last)
-            elif kind is drain.Kind.TAKE_PAST_GAP:
-                await self._add_gap(tp, step.first, step.last)
-            elif step.span is not None:
-                self._log_span(tp, *step.span)
+            step = check(tp, read, offset, bulk, acks, holes)
+            if step is not take:
+                kind = step.kind
+                if kind is kinds.SKIP:
+                    continue  # already read (Faust logs "DROPPED MESSAGE ROFF")
+                if kind is kinds.FETCH_AGAIN:  # the span again before committing past it
+                    if pending:
+                        await self._hand_over(pending, epoch)
+                        pending.clear()
+                    if drain.dropped_by_seek(self._seek_moved(epoch), self.suspend_flow.is_set()):
+                        holes.drop([(tp, [message])])
+                        return True
+                    await self._fetch_again(tp, step.first, step.last)
+                    return False
+                if kind is kinds.TAKE_PAST_HOLE:  # fetched twice: no record there
+                    self._note_gap(tp, step.first, step.last)
+                elif kind is kinds.TAKE_PAST_GAP:
+                    await self._add_gap(tp, step.first, step.last)
+                elif step.span is not None:
+                    self._log_span(tp, *step.span)
             if commit_every is not None and self._n_acked >= commit_every:
                 self._n_acked = 0
                 await self.commit()

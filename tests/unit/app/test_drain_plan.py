@@ -154,7 +154,7 @@ def test_a_record_against_the_read_offset(
     left: dict[Any, tuple[int, int]],
 ) -> None:
     holes = _holes(*spans, handed=handed)
-    assert drain.check(TP0, read, offset, bulk=bulk, acks=acks, holes=holes) == step
+    assert drain.check(TP0, read, offset, bulk, acks, holes) == step
     assert holes.spans == left
 
 
@@ -366,7 +366,7 @@ def _a_jump_was_committed_past_as_a_gap() -> None:
     """Note 010: a worker that took over a partition committed past 59 records it never
     saw: a rebalance had dropped them, and Faust counts any jump as a gap. A jump is now
     fetched again before it counts."""
-    step = drain.check(TP0, 40, 100, bulk=True, acks=True, holes=Holes())
+    step = drain.check(TP0, 40, 100, True, True, Holes())
     assert step == drain.Step(drain.Kind.FETCH_AGAIN, 40, 100)
 
 
@@ -398,7 +398,7 @@ def _the_record_after_the_seeks_offset_looked_like_the_next() -> None:
     """Note 024, step 4: the next fetch began at 33, which looked like the record after
     32 to the jump check."""
     read = drain.after_seek_to_committed({TP0: 32}, {TOPIC}).read[TP0]
-    step = drain.check(TP0, read, 33, bulk=True, acks=True, holes=Holes())
+    step = drain.check(TP0, read, 33, True, True, Holes())
     assert step.kind is drain.Kind.FETCH_AGAIN
 
 
@@ -406,7 +406,7 @@ def _a_gap_took_in_the_record_after_the_hole() -> None:
     """Note 024, rule 2: Faust's ``_add_gap`` counted the record after a hole as accounted
     for while it was still to be processed; the hole noted now ends before it."""
     holes = _holes((TP0, 10, 13))
-    step = drain.check(TP0, 10, 13, bulk=True, acks=True, holes=holes)
+    step = drain.check(TP0, 10, 13, True, True, holes)
     assert (step.kind, step.first, step.last) == (drain.Kind.TAKE_PAST_HOLE, 11, 12)
 
 
@@ -423,7 +423,7 @@ def _a_partition_ending_in_a_marker_was_never_committed_to_its_end() -> None:
 def _a_jump_from_offset_0_went_unseen() -> None:
     """Note 025: Faust tests the read offset for truth, so after the record at offset 0 a
     jump to 2 was never checked, and a marker at 1 held the commit at 1 for good."""
-    step = drain.check(TP0, 0, 2, bulk=True, acks=True, holes=Holes())
+    step = drain.check(TP0, 0, 2, True, True, Holes())
     assert step == drain.Step(drain.Kind.FETCH_AGAIN, 0, 2)
 
 
