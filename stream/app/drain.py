@@ -43,13 +43,13 @@ M = TypeVar("M", bound=Handed)
 
 
 class Route(Enum):
-    """What happens to one partition's part of a fetch."""
+    """What happens to one partition's part of a fetch, and what sets its read offset."""
 
     DROP_REST = "drop the rest"  # a rebalance or a seek came first: fetched again
     SKIP = "skip"  # not active (Faust's ``getmany``): fetched again when it is
-    RESTORE = "restore"  # a changelog's, in bulk (``stream.app.restore``)
-    BULK = "bulk"  # the input's, handed over once per fetch
-    FAUST = "faust"  # any other topic: an event per record, Faust's way
+    RESTORE = "restore"  # a changelog's, in bulk (``stream.app.restore``): its last record
+    BULK = "bulk"  # the input's, once per fetch: the last record of it handed over whole
+    FAUST = "faust"  # any other topic: an event per record, each as Faust's callback takes it
 
 
 def route(
