@@ -7,7 +7,8 @@ processes); ``until`` from a coroutine, yielding to the loop between checks, so 
 subject running on the same loop makes progress.
 
 A subject whose behaviour depends on time (a cooldown, a rate limit, a token's end) takes
-a clock; a test hands it a ``FakeClock`` and moves it, so no real time has to pass.
+a clock; a test hands it a ``FakeClock`` and moves it, so no real time has to pass
+(docs/notes/033-tests-wait-on-conditions.md).
 """
 
 import asyncio
