@@ -1,6 +1,7 @@
-"""Process-wide runtime settings shared by the worker and the offline commands: the
-garbage collector, the switch interval, uvloop, and the JSON log format (``json_logging``,
-for the worker and the loader alike)."""
+"""Process-wide runtime settings shared by the worker and the offline commands.
+
+The garbage collector's thresholds, the switch interval, uvloop, and the JSON log format
+(``json_logging``: the worker's and the loader's alike)."""
 
 import gc
 import sys
