@@ -22,6 +22,7 @@ from stream.app import inflate
 from stream.publish.kafka import confirmed
 from stream.publish.publisher import Sending
 from stream.session.batch import PARTITION_KEY, BatchResult, Message, fold_batch
+from stream.session.expiry import SweepResult
 from stream.session.limits import Limits
 from stream.session.results import Recall, SessionChange
 
@@ -50,6 +51,7 @@ class Store(Protocol):
     def kept(self) -> Kept: ...
     def load(self, key: bytes, partition: int) -> bytes | None: ...
     def put(self, key: bytes, row: bytes, partition: int) -> None: ...
+    def delete(self, key: bytes, partition: int) -> None: ...
 
 
 class Changelog(Protocol):
@@ -65,6 +67,8 @@ class BatchPublisher(Protocol):
     def build(self, result: BatchResult) -> Sending: ...
     def send(self, sending: Sending) -> list[Awaitable[Any]]: ...
     async def cache(self, sending: Sending) -> None: ...
+    async def drop(self, sweep: SweepResult) -> bool: ...
+    def tombstones(self, sweep: SweepResult) -> list[Awaitable[Any]]: ...
 
 
 class Gate(Protocol):
@@ -262,6 +266,50 @@ class Committer:
         stats.observe_age("cached", stamp)
         if not flight.cached.done():  # done: the batch failed meanwhile (its delivery)
             flight.cached.set_result(None)
+
+    async def sweep(self, sweep: SweepResult) -> bool:
+        """A sweep's sessions out of every store, in the order that survives a crash at
+        any point (the code marks each step); called with the lock held, between batches
+        (``stream.app.expiry``):
+
+        1. the partition row (the retired figure and the sweep's cursor) into its store
+           and its changelog, confirmed: a sweep repeated after a crash counts nothing
+           twice;
+        2. Redis: the sessions dropped (``Publisher.drop``); while Redis is away the drop
+           is only queued and nothing more happens: returns False, the sessions' rows
+           stay and a later sweep finds them due again;
+        3. tombstones: each session's row out of its store, its changelog tombstone and
+           its output tombstone (``Publisher.tombstones``), confirmed.
+
+        Redis goes before the tombstones because only the rows can bring a drop back: a
+        worker that died after the tombstones but before the drop would leave the
+        sessions in Redis for good (the next owner restores no row to sweep again),
+        whereas one that dies before the tombstones leaves the rows, which the next
+        owner finds due and sweeps again (counted once: the cursor)."""
+        if not sweep.expired:
+            return True
+        table, changelog = self.parts.table, self.parts.changelog
+        publisher = self.parts.publisher()
+        partition = sweep.partition
+        if sweep.row:  # empty: every session was counted by an earlier sweep already
+            table.put(PARTITION_KEY, sweep.row, partition)  # 1
+            row = sweep.row
+            await confirmed(
+                lambda: [changelog.send_row(PARTITION_KEY, row, partition)],
+                "expiry partition row",
+            )
+        if not await publisher.drop(sweep):  # 2
+            return False
+        for expired in sweep.expired:  # 3
+            table.delete(expired.key, partition)
+
+        def records() -> list[Awaitable[Any]]:
+            futures = [changelog.send_row(e.key, None, partition) for e in sweep.expired]
+            futures.extend(publisher.tombstones(sweep))
+            return futures
+
+        await confirmed(records, "expiry records")
+        return True
 
     async def landed(self) -> None:
         """With the lock held: wait until every batch folded so far is acked (its waits

@@ -3,11 +3,12 @@ was last active, and the sweeps that expire those idle past ``STREAM_SESSION_TTL
 
 The rule is the core's (``session.partition.past_ttl``); a sweep's outcome is the core's
 too (``session.expiry.sweep``). Here: which sessions to look at and when, a step at a
-time between batches (under the commit path's lock), and what the publisher does with
-the result (tombstones, Redis drops). The committer a sweep steps between batches with is
-handed to ``run``, not to the constructor: the commit path is built after expiry (its
-``committed`` files each batch here), so the worker's parts are built in one order, with
-no part waiting for one that does not exist yet (``stream.app.worker.assemble``).
+time between batches (under the commit path's lock); the committer takes the result out
+of every store (``Committer.sweep``: the rows, Redis, the tombstones). The committer a
+sweep steps between batches with is handed to ``run``, not to the constructor: the commit
+path is built after expiry (its ``committed`` files each batch here), so the worker's
+parts are built in one order, with no part waiting for one that does not exist yet
+(``stream.app.worker.assemble``).
 """
 
 import asyncio
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 
 from stream.session import codec
 from stream.session.batch import BatchResult
-from stream.session.expiry import Deadlines, sweep
+from stream.session.expiry import Deadlines, SweepResult, sweep
 from stream.session.limits import Limits
 from stream.session.partition import PARTITION_KEY, PartitionRow, expires, past_ttl
 
@@ -36,6 +37,7 @@ class Between(Protocol):
     @property
     def lock(self) -> asyncio.Lock: ...
     async def landed(self) -> None: ...
+    async def sweep(self, sweep: SweepResult) -> bool: ...
 
 
 class Expiry:
@@ -97,7 +99,7 @@ class Expiry:
 
     def due(self, partition: int) -> bool:
         if self.publisher().state.retrying:
-            return False  # Redis is away: a sweep would only queue drops (Publisher.expire)
+            return False  # Redis is away: a sweep would only queue drops (Committer.sweep)
         first = self.deadlines.next_due(partition)
         return past_ttl(first, self.stream_time.get(partition), self.ttl)
 
@@ -119,7 +121,7 @@ class Expiry:
                 result = sweep(partition, keys, self.table.load, ttl, self.folds)
                 for key, touched in result.alive:
                     self.deadlines.set(partition, key, touched)
-                removed = await self.publisher().expire(result)
+                removed = await committer.sweep(result)
                 if not removed:
                     # Redis is away: the drops wait in its queue and the rows stay until a
                     # later sweep finds them again (counted once: the cursor moved).

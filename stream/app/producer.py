@@ -243,8 +243,8 @@ def _settle(
 class Outbox:
     """The Kafka side of a commit; every send returns its delivery. A batch's rows'
     changelog records are the committer's (``stream.app.commit``: it stores the rows
-    itself), its updates and dead letters the publisher's (``publish.Publisher``), as are
-    a sweep's rows and tombstones (``write_row``: the store, then the changelog).
+    itself, a sweep's too), its updates and dead letters the publisher's
+    (``publish.Publisher``).
 
     A row's changelog record goes to the partition of its store (the partition of the
     input events it folds: docs/notes/002) and, like the updates and dead letters, to one
@@ -263,18 +263,6 @@ class Outbox:
     ) -> None:
         self.sender, self.table, self.output, self.dead = sender, table, output, dead
         self.letters = DeadLetterLog(log) if letters is None else letters
-
-    def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
-        """A row into its partition's store and changelog; None deletes it (a tombstone
-        there too, so a restore from the changelog drops it as well)."""
-        self.store_row(key, row, partition)
-        return self.send_row(key, row, partition)
-
-    def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
-        if row is None:
-            self.table.delete(key, partition)
-        else:
-            self.table.put(key, row, partition)
 
     def send_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
         return self.sender.add(

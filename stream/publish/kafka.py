@@ -18,18 +18,9 @@ log = logging.getLogger("stream.publish")
 
 
 class Outbox(Protocol):
-    """The Kafka side, as the app provides it: each call returns the delivery future."""
-
-    def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
-        """``store_row``, then ``send_row``."""
-        ...
-
-    def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
-        """A row into its partition's local store (None deletes it), not yet sent."""
-
-    def send_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
-        """A stored row's changelog record (a tombstone for None)."""
-        ...
+    """The Kafka side of what the publisher sends, as the app provides it
+    (``stream.app.producer.Outbox``): each call returns the delivery future. The rows'
+    changelog records are not here: the committer sends those (``stream.app.commit``)."""
 
     def send_update(
         self, key: bytes, payload: bytes | None, headers: list[tuple[str, bytes]]

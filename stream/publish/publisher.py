@@ -17,9 +17,9 @@ never the fold. Its duties, each in a module of its own:
    comes back without the marker (``unmarked``, ``mark``: kept by ``publish.redis_sink``)
    — i.e. empty, flushed or failed over to an empty replica. Sessions past their TTL (or,
    with a Redis TTL, idle past it) are never re-seeded.
-4. Expiry: ``expire`` takes a sweep's result (``session.expiry``) out — the partition row
-   first, then the Redis drop, then the tombstones on the changelog and the output topic
-   (no tombstone while the drop is only queued): the order that survives a crash.
+4. Expiry: a sweep's result (``session.expiry``) leaves through ``drop`` (Redis) and
+   ``tombstones`` (the output topic), in the order the committer gives them
+   (``stream.app.commit.Committer.sweep``: the rows are the committer's there too).
 
 The worker's order per batch is ``build`` (the updates), the rows into the store (the
 committer's), ``cache`` (to Redis) and, once the batch before it is confirmed, the records
@@ -36,7 +36,7 @@ from typing import Any
 from stream.config import Settings
 from stream.output.record import SessionUpdate
 from stream.output.redis import marker_value
-from stream.publish.kafka import Outbox, confirmed
+from stream.publish.kafka import Outbox
 from stream.publish.queue import RedisQueue, RedisState
 from stream.publish.redis_sink import DeadCount, PermanentRedisError, RedisSink, RetiredCount
 from stream.session import codec
@@ -149,41 +149,21 @@ class Publisher:
             row.expired,
         )
 
-    async def expire(self, sweep: SweepResult) -> bool:
-        """A sweep's sessions out of every store, in the order that survives a crash at
-        any point: the partition row (the retired figure and the cursor) first, then the
-        Redis drop, then each session's changelog and output tombstones, all confirmed.
-
-        Redis goes before the tombstones because only the rows can bring a drop back: a
-        worker that dies after the tombstones but before the drop would leave the
-        sessions in Redis for good (the next owner restores no row to sweep again),
-        whereas a death before the tombstones leaves the rows, which the next owner finds
-        due and sweeps again (counted nothing twice: the cursor). For the same reason,
-        when Redis is away (the drop only queued) no tombstone is written: returns False,
-        and the caller files the sessions again for a later sweep."""
-        if not sweep.expired:
-            return True
-        outbox = self.outbox
+    async def drop(self, sweep: SweepResult) -> bool:
+        """A sweep's sessions out of Redis, with the partition's retired figure (when the
+        sweep wrote a partition row); returns whether they were written now (False: only
+        queued while Redis is away). The committer orders this between the rows and the
+        tombstones (``stream.app.commit.Committer.sweep``)."""
         retired = []
         if sweep.row:  # empty: every session was counted by an earlier sweep already
-            await confirmed(
-                lambda: [outbox.write_row(PARTITION_KEY, sweep.row, sweep.partition)],
-                "expiry partition row",
-            )
             retired.append(self.retired_count(sweep.partition, PartitionRow.decode(sweep.row)))
         drops = [SessionUpdate.from_expired(e, self.generation) for e in sweep.expired]
-        if not await self.queue.write(drops, [], retired=retired):
-            return False
+        return await self.queue.write(drops, [], retired=retired)
 
-        def records() -> list[Awaitable[Any]]:
-            futures = []
-            for e in sweep.expired:
-                futures.append(outbox.write_row(e.key, None, sweep.partition))
-                futures.append(outbox.send_update(e.key, None, []))
-            return futures
-
-        await confirmed(records, "expiry records")
-        return True
+    def tombstones(self, sweep: SweepResult) -> list[Awaitable[Any]]:
+        """Each swept session's tombstone on the output topic; their deliveries."""
+        outbox = self.outbox
+        return [outbox.send_update(e.key, None, []) for e in sweep.expired]
 
     # -- Redis -----------------------------------------------------------------------
     async def write_redis(

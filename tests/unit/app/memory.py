@@ -61,6 +61,10 @@ class Table:
         self.journal.append(f"stored {named(key)}")
         self.rows[(partition, key)] = row
 
+    def delete(self, key: bytes, partition: int) -> None:
+        self.journal.append(f"deleted {named(key)}")
+        self.rows.pop((partition, key), None)
+
 
 class Outbox:
     """The Kafka side: every record logged as it is sent; a batch's deliveries resolve
@@ -86,14 +90,6 @@ class Outbox:
         self.journal.append(f"sent {kind} {named(key)}")
         return self.gates[-1]
 
-    def write_row(self, key: bytes, row: bytes | None, partition: int) -> "asyncio.Future[None]":
-        self.store_row(key, row, partition)
-        return self.send_row(key, row, partition)
-
-    def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
-        assert row is not None
-        self.table.put(key, row, partition)
-
     def send_row(self, key: bytes, row: bytes | None, partition: int) -> "asyncio.Future[None]":
         return self._sent("row", key)
 
@@ -114,6 +110,7 @@ class Sink:
     def __init__(self, journal: list[str] | None = None) -> None:
         self.writes: list[list[tuple[str, int]]] = []
         self.refuse = 0
+        self.fail: BaseException | None = None  # raised by every write while set (an outage)
         self.holding: asyncio.Future[None] | None = None
         self.journal: list[str] = [] if journal is None else journal
 
@@ -121,6 +118,8 @@ class Sink:
         await asyncio.sleep(0)
         if self.holding is not None:
             await self.holding
+        if self.fail is not None:
+            raise self.fail
         if self.refuse:
             self.refuse -= 1
             raise PermanentRedisError("NOPERM refused")

@@ -6,11 +6,14 @@ whose ``journal`` records every effect in the order it happened."""
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
+from redis import exceptions as rx
 
 from stream.session.batch import PARTITION_KEY
 from tests.unit.app.memory import batches, harness, named, turns
+from tests.unit.publish.test_publisher import swept_one
 
 
 def test_the_committer_stores_the_rows_then_sends_every_record_and_acks_after_both(
@@ -20,10 +23,6 @@ def test_the_committer_stores_the_rows_then_sends_every_record_and_acks_after_bo
         r = harness(tmp_path)
         (batch,) = batches((20,))
 
-        def not_the_publisher(*args: object) -> None:
-            raise AssertionError("a batch's rows are the committer's to store")
-
-        r.outbox.store_row = not_the_publisher  # type: ignore[method-assign]
         held = r.outbox.gate()
         flight = r.committer.take(batch)
         await turns()
@@ -121,3 +120,55 @@ def test_a_batch_whose_records_are_never_confirmed_is_never_acked(tmp_path: Path
         assert r.acked == []
 
     asyncio.run(run())
+
+
+# --- a sweep (``Committer.sweep``): the order that survives a crash ------------------------------
+def _swept_into(r: Any) -> Any:
+    """A sweep of one session (``old``), its rows in the harness's table."""
+    swept = swept_one()
+    for change in swept.expired:
+        r.table.rows[(swept.partition, change.key)] = b"its row"
+    return swept
+
+
+def test_a_sweep_stores_the_partition_row_then_drops_from_redis_then_sends_tombstones(
+    tmp_path: Path,
+) -> None:
+    """Only the rows can bring a lost drop back: a worker that died after the tombstones
+    but before the drop would leave the session in Redis for good."""
+
+    async def run() -> bool:
+        r = harness(tmp_path)
+        r.outbox.gate().set_result(None)
+        swept = _swept_into(r)
+        async with r.committer.lock:
+            removed = await r.committer.sweep(swept)
+        assert r.journal == [
+            "stored partition",  # 1: the partition row (its cursor) ...
+            "sent row partition",  # ... and its changelog record, confirmed
+            "redis",  # 2: the drop
+            "deleted old",  # 3: the row out of the store,
+            "sent row old",  # its changelog tombstone
+            "sent update old",  # and its output tombstone
+        ]
+        assert (swept.partition, b"old") not in r.table.rows
+        return removed
+
+    assert asyncio.run(run()) is True
+
+
+def test_a_sweep_while_redis_is_away_leaves_the_rows_and_sends_no_tombstone(
+    tmp_path: Path,
+) -> None:
+    async def run() -> bool:
+        r = harness(tmp_path)
+        r.outbox.gate().set_result(None)
+        swept = _swept_into(r)
+        r.sink.fail = rx.ConnectionError("refused")
+        async with r.committer.lock:
+            removed = await r.committer.sweep(swept)
+        assert r.journal == ["stored partition", "sent row partition"]
+        assert (swept.partition, b"old") in r.table.rows  # a later sweep finds it again
+        return removed
+
+    assert asyncio.run(run()) is False

@@ -75,7 +75,6 @@ class FakeOutbox:
         self.log: list[tuple[str, Any]] = []
         self.calls = 0
         self.journal: list[str] | None = None
-        self.stored: list[tuple[bytes, bytes | None, int]] = []  # rows into the store
 
     def _future(self, kind: str, item: Any) -> Awaitable[Any]:
         self.calls += 1
@@ -90,14 +89,6 @@ class FakeOutbox:
             return "ok"
 
         return deliver()
-
-    def write_row(self, key: bytes, row: bytes | None, partition: int) -> Awaitable[Any]:
-        return self._future("row", (key, row, partition))
-
-    def store_row(self, key: bytes, row: bytes | None, partition: int) -> None:
-        self.stored.append((key, row, partition))
-
-    send_row = write_row
 
     def send_update(
         self, key: bytes, payload: bytes | None, headers: list[tuple[str, bytes]]
@@ -236,7 +227,7 @@ def test_publish_delivers_every_record_then_writes_redis() -> None:
     result = batch(("a", 2), ("b", 1), junk=1)
     run(publish(publisher, result))
     kinds = [kind for kind, _ in outbox.log]
-    assert kinds.count("row") == 0 and outbox.stored == []  # the committer's
+    assert kinds.count("row") == 0  # the rows are the committer's
     assert kinds.count("update") == len(result.sessions) == 2
     assert kinds.count("dead") == len(result.dead_letters) == 1
     assert journal[-1] == "redis" and journal.count("redis") == 1  # after every delivery
@@ -964,7 +955,8 @@ def test_cluster_errors_are_transient_and_crossslot_is_not() -> None:
 
 
 # --- expiry (note 013): the order that survives a crash ----------------------------------------
-def _swept() -> Any:
+def swept_one() -> Any:
+    """A sweep of one session, ``old``, past a day's TTL (its partition row to write)."""
     from stream.session.expiry import sweep
     from stream.session.partition import PartitionRow
 
@@ -988,24 +980,30 @@ def _swept() -> Any:
     return sweep(0, [b"old"], lambda key, _: rows.get(key), day)
 
 
-def test_an_expiry_drops_from_redis_before_any_tombstone() -> None:
-    """Only the rows can bring a lost drop back: a worker that died after the tombstones
-    but before the drop would leave the session in Redis for good."""
+def test_a_sweep_drops_from_redis_with_the_retired_figure_and_sends_only_output_tombstones() -> (
+    None
+):
+    """The publisher's side of a sweep (the rows are the committer's: ``Committer.sweep``,
+    tests/unit/app/test_commit.py): the drop, counted with the partition's retired figure,
+    and one output tombstone per session; no row, no changelog record."""
     publisher, outbox, sink = make()
     journal: list[str] = []
     outbox.journal = sink.journal = journal
-    swept = _swept()
+    swept = swept_one()
     assert [e.session_id for e in swept.expired] == ["old"] and swept.row
-    assert run(publisher.expire(swept)) is True
-    assert journal == ["kafka row", "redis", "kafka row", "kafka update"]
-    assert outbox.log[0][1][0] == PARTITION_KEY  # the cursor first
-    assert outbox.log[1][1] == (b"old", None, 0) and outbox.log[2][1][1] is None
+    assert run(publisher.drop(swept)) is True
+    assert journal == ["redis"]
+    run(_gathered(publisher.tombstones(swept)))
+    assert journal == ["redis", "kafka update"]
+    assert [kind for kind, _ in outbox.log] == ["update"]
 
 
-def test_an_expiry_while_redis_is_away_writes_no_tombstone() -> None:
+def test_a_sweep_while_redis_is_away_is_only_queued() -> None:
     publisher, outbox, sink = make()
     sink.fail = rx.ConnectionError("refused")
-    swept = _swept()
-    assert run(publisher.expire(swept)) is False
-    assert [kind for kind, _ in outbox.log] == ["row"]  # the partition row only
-    assert outbox.log[0][1][0] == PARTITION_KEY
+    assert run(publisher.drop(swept_one())) is False
+    assert outbox.log == []
+
+
+async def _gathered(futures: list[Awaitable[Any]]) -> None:
+    await asyncio.gather(*futures)
