@@ -51,7 +51,7 @@ class BulkAcks:
         record at the committed offset: faust-streaming #606, docs/notes/024), and finds
         runs by a binary search instead of a Python call per offset; Faust's way for the
         other topics."""
-        if tp.topic not in getattr(self.transport, "bulk_topics", ()):
+        if tp.topic not in self.transport.bulk_topics:
             return self._faust_new_offset(tp)
         return offsets.commit_offset(
             self._acked[tp], self._acked_index[tp], self._gap.get(tp), self._committed_offset[tp]
@@ -131,7 +131,7 @@ async def batches(
     queue = channel.queue
     consumer = app.consumer
     _keep_on_resume(queue)
-    bound = getattr(getattr(consumer, "transport", None), "bulk_bytes", None)
+    bound = consumer.transport.bulk_bytes
     queue.bulk_max = bytes_max = bulkqueue.NO_BOUND if bound is None else bound
     track = consumer._unacked_messages.add
     flow_active = app.flow_control.is_active
@@ -264,9 +264,9 @@ class Batch(list[Any]):
 def _broker_lag(app: Any, consumer: Any) -> int:
     """Records of the bulk topics in the broker past those handed over, as the last
     fetches saw the partitions' ends (the monitor's end offsets; no request)."""
-    ends: dict[Any, int] = getattr(app.monitor, "tp_end_offsets", {})
-    read: dict[Any, int | None] = getattr(consumer, "_read_offset", {})
-    topics = getattr(getattr(consumer, "transport", None), "bulk_topics", ())
+    ends: dict[Any, int] = app.monitor.tp_end_offsets
+    read: dict[Any, int | None] = consumer._read_offset
+    topics = consumer.transport.bulk_topics
     lag = 0
     for tp, end in ends.items():
         if tp.topic in topics:

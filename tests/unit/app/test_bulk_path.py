@@ -53,8 +53,14 @@ class FakeApp:
             def add(self, batch: Any) -> None:
                 app.tracked.append(batch)
 
+        class Transport:
+            bulk_topics = frozenset({"in"})
+            bulk_bytes: int | None = None  # no bound but the record count
+
         class Consumer:
             _unacked_messages = Unacked()
+            _read_offset: dict[Any, int | None] = {}
+            transport = Transport()
 
         class Flow:
             def is_active(self) -> bool:
@@ -70,6 +76,7 @@ class FakeApp:
         class MonitorStub:
             def __init__(self) -> None:
                 self.stream_inbound_time: dict[Any, float] = {}
+                self.tp_end_offsets: dict[Any, int] = {}
 
         self.consumer, self.flow_control, self.topics = Consumer(), Flow(), Topics()
         self.monitor = MonitorStub()
@@ -351,6 +358,7 @@ def test_no_more_than_the_byte_bound_leaves_the_queue_and_a_full_one_holds_the_h
         app = FakeApp()
 
         class Transport:
+            bulk_topics = frozenset({"in"})
             bulk_bytes = 1_000  # ten messages of 100 bytes
 
         app.consumer.transport = Transport()  # type: ignore[attr-defined]
