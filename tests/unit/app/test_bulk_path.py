@@ -59,8 +59,10 @@ class FakeApp:
 
         class Consumer:
             _unacked_messages = Unacked()
-            _read_offset: dict[Any, int | None] = {}
             transport = Transport()
+
+            def __init__(self) -> None:
+                self._read_offset: dict[Any, int | None] = {}
 
         class Flow:
             def is_active(self) -> bool:
