@@ -63,6 +63,20 @@ def http_get(url: str, timeout: float) -> tuple[int, bytes]:
         return 0, b""
 
 
+def count_writes(sink: Any) -> list[None]:
+    """One entry per write a ``RedisSink`` is asked for (the background writer's retries
+    too): what a test waits on instead of sleeping through retries."""
+    attempts: list[None] = []
+    write = sink.write
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(None)
+        return await write(*args, **kwargs)
+
+    sink.write = counted
+    return attempts
+
+
 @dataclass
 class Deployment:
     """One isolated service instance: its own app id, topics, Redis prefix and state dirs."""

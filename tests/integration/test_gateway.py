@@ -326,8 +326,8 @@ def test_1000_concurrent_sse_clients_all_receive_every_update(
         f" p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {latencies[-1] * 1000:.1f} ms;"
         f" {clients_wanted} clients connected and had the latest value in {connect_seconds:.2f} s"
     )
-    # The latency is a printed figure: a bound here only flaked under load.
     assert len(expected) >= 5
+    assert p99 < 2000, "fan-out to 1,000 clients should take well under 2 s"
 
 
 def test_a_slow_client_is_dropped_without_slowing_the_others(

@@ -43,7 +43,7 @@ from stream.publish.redis_sink import (
     RedisSink,
 )
 from stream.redis_client import sync_client
-from tests.integration.harness import RedisServer
+from tests.integration.harness import RedisServer, count_writes
 from tests.waiting import until, wait_until
 
 pytestmark = pytest.mark.integration
@@ -235,19 +235,6 @@ def _libraries(admin: "redis.Redis") -> list[bytes]:
     return [entry[1] for entry in admin.function_list()]
 
 
-def _count_writes(sink: RedisSink) -> list[None]:
-    """One entry per write the sink is asked for (the background writer's retries too)."""
-    attempts: list[None] = []
-    write = sink.write
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        attempts.append(None)
-        return await write(*args, **kwargs)
-
-    sink.write = counted  # type: ignore[method-assign]
-    return attempts
-
-
 def test_redis_without_the_library_is_an_outage_until_the_loader_reloads_it(
     acl_redis: AclRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -264,7 +251,7 @@ def test_redis_without_the_library_is_an_outage_until_the_loader_reloads_it(
 
     async def go() -> str:
         sink = RedisSink(settings)
-        attempts = _count_writes(sink)
+        attempts = count_writes(sink)
         publisher = Publisher(settings, _NoKafka(), sink, on_permanent=permanent.append)
         loader = None
         try:

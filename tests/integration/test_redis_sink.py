@@ -18,7 +18,7 @@ from stream.output.record import SessionUpdate
 from stream.publish.publisher import Publisher
 from stream.publish.redis_sink import LIBRARY_NAME, DeadCount, PermanentRedisError, RedisSink
 from stream.session.batch import DeadLetter
-from tests.integration.harness import RedisServer
+from tests.integration.harness import RedisServer, count_writes
 from tests.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -232,19 +232,6 @@ def _fill(client: "redis.Redis") -> int:
     raise AssertionError("maxmemory never reached")
 
 
-def _count_writes(sink: RedisSink) -> list[None]:
-    """One entry per write the sink is asked for (the background writer's retries too)."""
-    attempts: list[None] = []
-    write = sink.write
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        attempts.append(None)
-        return await write(*args, **kwargs)
-
-    sink.write = counted  # type: ignore[method-assign]
-    return attempts
-
-
 def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
     full_redis: RedisServer,
 ) -> None:
@@ -259,7 +246,7 @@ def test_redis_out_of_memory_queues_reports_retrying_and_drains_exactly(
 
     async def scenario() -> None:
         sink = RedisSink(settings)
-        attempts = _count_writes(sink)
+        attempts = count_writes(sink)
         publisher = Publisher(settings, _NoKafka(), sink, on_permanent=seen.append)
         metrics = Metrics.create(settings)
         metrics.redis, metrics.recovered = publisher.state, True

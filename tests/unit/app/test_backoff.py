@@ -22,7 +22,7 @@ from stream.app import backoff as app_backoff
 from stream.app import producer as app_producer
 from stream.app.worker import assemble
 from stream.config import Settings
-from tests.waiting import until
+from tests.waiting import FakeClock, until
 
 BACKOFF_MS = 100
 
@@ -168,20 +168,12 @@ def test_aiokafka_is_the_version_the_backoff_client_was_written_against() -> Non
 # --- the repeat filter -----------------------------------------------------------------------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _record(msg: str, *args: Any, level: int = logging.ERROR, name: str = "aiokafka") -> Any:
     return logging.LogRecord(name, level, __file__, 1, msg, args, None)
 
 
 def test_repeat_filter_lets_the_first_through_then_one_per_period_with_a_count() -> None:
-    clock = Clock()
+    clock = FakeClock()
     repeat = app_backoff.RepeatFilter(every=10.0, clock=clock)
     template = "Unable connect to node with id %s: %s"
     passed = []
@@ -209,7 +201,7 @@ def test_repeat_filter_lets_the_first_through_then_one_per_period_with_a_count()
 
 
 def test_repeat_filter_keys_by_logger_and_template_and_spares_info() -> None:
-    repeat = app_backoff.RepeatFilter(every=10.0, clock=Clock())
+    repeat = app_backoff.RepeatFilter(every=10.0, clock=FakeClock())
     assert repeat.filter(_record("Unable to update metadata from %s", [1]))
     assert not repeat.filter(_record("Unable to update metadata from %s", [2]))
     assert repeat.filter(_record("Unable connect to node with id %s: %s", 1, "x"))

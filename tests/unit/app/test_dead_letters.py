@@ -11,7 +11,7 @@ from stream.app import bulkqueue
 from stream.app.batching import Waiting
 from stream.app.deadletters import DeadLetterLog
 from stream.session.results import DeadLetter
-from tests.waiting import until
+from tests.waiting import FakeClock, until
 
 NO_SEQ = "event has no usable seq: None"
 
@@ -20,18 +20,10 @@ def letter(offset: int, reason: str = NO_SEQ, count: int = 1) -> DeadLetter:
     return DeadLetter(b"{}", reason, "events", 1, offset, 0 if count > 1 else None, count=count)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_first_letter_is_logged_at_once_the_rest_once_per_interval(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     log = DeadLetterLog(logging.getLogger("test.dead"), every=10.0, clock=clock)
     with caplog.at_level(logging.WARNING, "test.dead"):
         log.note(letter(0, count=10_000))
@@ -52,7 +44,7 @@ def test_the_first_letter_is_logged_at_once_the_rest_once_per_interval(
 
 
 def test_reasons_counted_are_bounded(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     log = DeadLetterLog(logging.getLogger("test.dead"), every=10.0, clock=clock)
     for offset in range(1_000):
         log.note(letter(offset, f"reason {offset}: x"))
