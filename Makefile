@@ -128,12 +128,17 @@ chart: $(STAMP)
 
 # Every performance figure from one run, one table (docs/performance.md); bench-smoke is
 # the same code paths on small loads, under a minute, for CI.
-# Quix Streams (the bench extra) stays out of the locks: it caps confluent-kafka below the
-# locked version, so installing it moves the venv off the dev lock, and the stamp goes so
-# that the next `make setup` puts the venv back on the lock.
-bench: setup
-	@$(PY) -c 'import quixstreams' 2>/dev/null && $(PY) -m pip check >/dev/null 2>&1 \
-		|| { $(PY) -m pip install -q --no-build-isolation -e '.[bench]' && rm -f $(STAMP); }
+# Quix Streams, the bench's Python peer (drain and live), runs from a venv of its own,
+# $(PEERS): it caps confluent-kafka below the locked version, so it cannot share $(VENV),
+# which stays on the dev lock. benchmarks/peers.py finds it (QUIX_VERSION is its too).
+PEERS := build/peers-venv
+QUIX_VERSION := 3.28.1
+$(PEERS)/.installed: Makefile
+	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q 'quixstreams==$(QUIX_VERSION)' redis orjson
+	@touch $@
+
+bench: setup $(PEERS)/.installed
 	$(PY) -m benchmarks.run
 
 bench-smoke: setup

@@ -5,6 +5,7 @@ fractions of (``benchmarks.sweep``)."""
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.infra import REPO, Infra, Scenario, WorkerProcess, corpus_sessions, produce_backlog
+from benchmarks.peers import PEERS_INSTALL, peers_python
 from benchmarks.plan import Plan, log
 
 _BACKLOGS: dict[tuple[str, int], tuple[str, int, int]] = {}
@@ -32,27 +34,54 @@ def backlog(infra: Infra, work: Path, plan: Plan, segment: int) -> tuple[str, in
 
 
 def drain(infra: Infra, work: Path, plan: Plan) -> list[dict[str, Any]]:
+    """Every system over each segment's backlog, ``plan.drain_repeat`` times, alternating
+    (ck, quix, faust, ours, then again): one row per system and run, so a pair's ratio is
+    read by medians, with the spread beside them (``summarize``)."""
     rows = []
     for segment in plan.drain_segments:
         topic, messages, events = backlog(infra, work, plan, segment)
-        for system in plan.drain_systems:
-            if system == "ours":
-                result = drain_ours(infra, work, topic, events)
-            else:
-                result = drain_peer(infra, work, system, topic, messages)
-            rate = events_per_s(result)
-            rows.append(
-                {
-                    "segment": segment,
-                    "system": system,
-                    "messages": messages,
-                    "events": events,
-                    "events_per_s": rate,
-                    "messages_per_s": rate / (events / messages),
-                }
-            )
-            log(f"  {system}: {rate:,.0f} events/s")
+        for run in range(1, plan.drain_repeat + 1):
+            for system in plan.drain_systems:
+                if system == "ours":
+                    result = drain_ours(infra, work, topic, events)
+                else:
+                    result = drain_peer(infra, work, system, topic, messages)
+                rate = events_per_s(result)
+                rows.append(
+                    {
+                        "segment": segment,
+                        "system": system,
+                        "run": run,
+                        "messages": messages,
+                        "events": events,
+                        "events_per_s": rate,
+                        "messages_per_s": rate / (events / messages),
+                    }
+                )
+                log(
+                    f"  {system}"
+                    + (f", run {run}" if plan.drain_repeat > 1 else "")
+                    + f": {rate:,.0f} events/s"
+                )
     return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, float]]:
+    """Per (segment, system): the median of its runs' events/s and messages/s, the
+    lowest and highest events/s and how many runs."""
+    grouped: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault((row["segment"], row["system"]), []).append(row)
+    return {
+        key: {
+            "events_per_s": statistics.median(r["events_per_s"] for r in runs),
+            "messages_per_s": statistics.median(r["messages_per_s"] for r in runs),
+            "min": min(r["events_per_s"] for r in runs),
+            "max": max(r["events_per_s"] for r in runs),
+            "runs": len(runs),
+        }
+        for key, runs in grouped.items()
+    }
 
 
 def events_per_s(drained: dict[str, Any]) -> float:
@@ -68,9 +97,15 @@ def our_drain(infra: Infra, work: Path, plan: Plan, cores: frozenset[int] | None
 
 
 def drain_peer(infra: Infra, work: Path, system: str, topic: str, expect: int) -> dict[str, Any]:
+    python = sys.executable
+    if system == "quix":  # Quix Streams has a venv of its own (``benchmarks.peers``)
+        found_python = peers_python()
+        if found_python is None:
+            raise RuntimeError(f"no Quix Streams venv: {PEERS_INSTALL}")
+        python = found_python
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "benchmarks.peers", system, "--bootstrap", infra.bootstrap),
+            *(python, "-m", "benchmarks.peers", system, "--bootstrap", infra.bootstrap),
             *("--topic", topic, "--expect", str(expect), "--state-dir", str(work / topic)),
         ],
         cwd=REPO,

@@ -13,7 +13,12 @@ same load, timed the same way. A librdkafka consumer hands each event, unchanged
 Redis round trip per update, no fold, no store, no output records. The worker's latency is
 read against it as well as against the broker's produce-ack.
 
+The held-out subscriber (``subscribe-parsed``, the live bench's ``--traffic heldout``):
+a plain redis-py ``pubsub`` that parses each update's JSON with orjson before stamping
+it, as a reader of the updates would, rather than scanning the raw frames.
+
     python -m benchmarks.live subscribe REDIS_URL PATTERN OUT   # the subscriber process
+    python -m benchmarks.live subscribe-parsed REDIS_URL PATTERN OUT
     python -m benchmarks.live relay BOOTSTRAP TOPIC REDIS_URL PREFIX   # the floor's relay
 """
 
@@ -33,7 +38,7 @@ from urllib.parse import urlparse
 
 from confluent_kafka import Producer
 
-from benchmarks.infra import REPO
+from benchmarks.infra import REPO, cpu_seconds
 from stream.contract.jsontext import dumps
 
 SEQ = re.compile(rb'"seq":(\d+)')
@@ -130,6 +135,44 @@ def _parse(buffer: bytes, head: int, now: float, sink: Any) -> bytes:
     return buffer[pos:]
 
 
+def subscribe_parsed(url: str, pattern: str, out: Path) -> None:
+    """``subscribe``'s output, through redis-py's ``pubsub`` and each update parsed with
+    orjson (its ``seq``), until SIGTERM."""
+    import orjson
+    import redis
+
+    client = redis.Redis.from_url(url)
+    pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+    pubsub.psubscribe(pattern)
+    while True:  # the psubscribe confirmation: from then on every update comes
+        message = pubsub.get_message(timeout=5.0)
+        if message is not None and message["type"] == "psubscribe":
+            break
+    head = len(pattern) - 1
+    sink = out.open("wb", buffering=1 << 16)
+    _ready()
+    stopping = False
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    last_flush = time.monotonic()
+    while not stopping:
+        message = pubsub.get_message(timeout=0.2)
+        if message is not None and message["type"] == "pmessage":
+            now = time.time()
+            update = orjson.loads(message["data"])
+            seq = update.get("seq") if type(update) is dict else None
+            if seq is not None:  # an expiry carries none
+                sink.write(b"%s %d %.6f\n" % (message["channel"][head:], seq, now))
+        if time.monotonic() - last_flush > 0.2:
+            sink.flush()
+            last_flush = time.monotonic()
+    sink.close()
+
+
 def _ready() -> None:
     """Tell the bench this process is ready (``Child.spawn`` waits for the line)."""
     sys.stdout.write("ready\n")
@@ -138,15 +181,21 @@ def _ready() -> None:
 
 class Child:
     """A ``python -m benchmarks.live`` process of this bench (the subscriber, the relay),
-    stopped with SIGTERM."""
+    or of another module and interpreter (the Quix peer), stopped with SIGTERM."""
 
     process: subprocess.Popen[bytes] | None = None
 
-    def spawn(self, *args: str, timeout: float = 60.0) -> None:
+    def spawn(
+        self,
+        *args: str,
+        timeout: float = 60.0,
+        python: str = sys.executable,
+        module: str = "benchmarks.live",
+    ) -> None:
         """Start it with ``args`` and wait until it says it is ready: subscribed, or
         assigned with every partition's end resolved, so the load's first event counts."""
         self.process = process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.live", *args],
+            [python, "-m", module, *args],
             cwd=REPO,
             env=dict(os.environ),
             stdout=subprocess.PIPE,
@@ -156,12 +205,20 @@ class Child:
         line = process.stdout.readline() if ready else b""
         if line.strip() != b"ready":
             self.stop()
-            raise RuntimeError(f"benchmarks.live {args[0]} not ready within {timeout:.0f} s")
+            raise RuntimeError(f"{module} {args[0]} not ready within {timeout:.0f} s")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(10)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the process so far, all its threads (0 if not running)."""
+        return cpu_seconds(self.process.pid) if self.process is not None else 0.0
 
 
 @dataclass
@@ -169,9 +226,11 @@ class Subscriber(Child):
     redis_url: str
     pattern: str
     out: Path
+    parsed: bool = False  # ``subscribe_parsed``: redis-py and orjson, as a reader would
 
     def start(self) -> None:
-        self.spawn("subscribe", self.redis_url, self.pattern, str(self.out))
+        mode = "subscribe-parsed" if self.parsed else "subscribe"
+        self.spawn(mode, self.redis_url, self.pattern, str(self.out))
 
     def arrivals(self) -> list[tuple[bytes, int, float]]:
         found = []
@@ -250,6 +309,29 @@ class Relay(Child):
         self.spawn("relay", self.bootstrap, self.topic, self.redis_url, self.prefix)
 
 
+@dataclass
+class QuixApp(Child):
+    """The Quix Streams peer (``benchmarks.peers live-quix``), run by ``python``: the
+    peers' venv (``benchmarks.peers.peers_python``)."""
+
+    python: str
+    bootstrap: str
+    topic: str
+    redis_url: str
+    prefix: str
+    state_dir: Path
+
+    def start(self) -> None:
+        self.spawn(
+            "live-quix",
+            *("--bootstrap", self.bootstrap, "--topic", self.topic, "--redis", self.redis_url),
+            *("--prefix", self.prefix, "--state-dir", str(self.state_dir)),
+            python=self.python,
+            module="benchmarks.peers",
+            timeout=120,
+        )
+
+
 # --- the load ---------------------------------------------------------------------------------
 
 
@@ -289,6 +371,15 @@ class Load:
             if id(events) not in shared:
                 shared[id(events)] = [(dumps(e), int(e["seq"])) for e in events]
         self.encoded = [shared[id(events)] for _, events in self.sessions]
+
+    def renew(self, keys: list[bytes]) -> None:
+        """Unseen sessions from now on: ``keys`` replay the same logs from their first
+        event (the held-out traffic's fresh sessions at every step)."""
+        self.sessions = [
+            (key, events) for key, (_, events) in zip(keys, self.sessions, strict=True)
+        ]
+        self.cursor = [0] * len(self.sessions)
+        self.next_session = 0
 
     def _delivered(self, error: Any, message: Any) -> None:
         took = message.latency()
@@ -353,6 +444,9 @@ def summary(values: list[float]) -> dict[str, float]:
 def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "subscribe":
         subscribe(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "subscribe-parsed":
+        subscribe_parsed(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
         return
     if len(sys.argv) == 6 and sys.argv[1] == "relay":
         relay(*sys.argv[2:6])

@@ -19,10 +19,14 @@ class Plan:
     live_repeat: int  # sweeps per variant, each on a fresh worker (the p99 is bimodal)
     live_own_core: bool  # the worker on a core of its own, the load elsewhere (Placement)
     live_floor: bool  # each step also timed through a plain relay first (``benchmarks.live``)
+    live_quix: bool  # and through a Quix Streams app (with the relay; its venv permitting)
+    live_traffic: str  # "bench" (the corpus, warmed up) or "heldout" (``benchmarks.heldout``)
+    live_idle: float  # seconds with no traffic after the last step: each runner's idle CPU
     drain_sessions: int
     drain_turns: int
     drain_segments: tuple[int, ...]
     drain_systems: tuple[str, ...]
+    drain_repeat: int  # runs of every system, alternating (ck, quix, faust, ours, again)
     scale_sessions: int
     scale_turns: int
     scale_settle: float  # seconds for two workers' group to settle before producing

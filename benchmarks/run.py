@@ -8,8 +8,10 @@ Sections (all by default, in this order):
   regression: a fixed CPU-bound loop (best of 5) and Quix Streams draining a backlog of
   single events. Every other figure is printed next to these.
 - ``drain``: a backlog, produced first, read to the end by raw confluent-kafka, Quix
-  Streams, stock Faust and our worker, with single events and segments of 16 and 64.
-  Our single-event drain is the worker's own capacity; the live sweep measures it again.
+  Streams, stock Faust and our worker, with single events and segments of 16 and 64,
+  each system ``--drain-repeat`` times (alternating: ck, quix, faust, ours, again),
+  reported by medians with the spread. Our single-event drain is the worker's own
+  capacity; the live sweep measures it again.
 - ``live``: the live-latency sweep (``benchmarks.sweep``; its load, ``benchmarks.live``):
   paced rates over concurrent sessions, one event per message, at fractions of our
   single-event drain rate (the median of the sweep's drains, one more measured just before
@@ -19,7 +21,11 @@ Sections (all by default, in this order):
   wrote. A step behind its load with the worker under 0.9 cores is flagged.
   On two cores or more the worker runs on a core of its own, the load generator, broker,
   Redis and subscriber on the others, and the drains the fractions are of are measured so
-  too (``--shared-cores``: all of them share every core).
+  too (``--shared-cores``: all of them share every core). With ``--shared-cores`` each
+  step runs first through a plain relay (the floor) and a Quix Streams app (a peer, from
+  ``build/peers-venv``: ``make bench`` makes it), each on its own topic, their latency
+  and CPU beside the worker's; after the last step, each runner's CPU idle.
+  ``--traffic heldout``: traffic like the issue's held-out harness (``benchmarks.heldout``).
 - ``scale``: one worker against two on the same load.
 - ``replay``: ``benchmarks.replay`` (stream replay, back to lag 0).
 - ``fold``: the fold against the reference on both corpus kinds (``benchmarks.fold``).
@@ -46,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.drain import backlog, drain, drain_peer, events_per_s
+from benchmarks.drain import backlog, drain, drain_peer, events_per_s, summarize
 from benchmarks.infra import (
     REPO,
     Infra,
@@ -56,6 +62,7 @@ from benchmarks.infra import (
     infrastructure,
     produce_backlog,
 )
+from benchmarks.peers import PEERS_INSTALL, peers_python
 from benchmarks.plan import Plan, log, n
 from benchmarks.sweep import live, render_live
 from stream import native
@@ -73,10 +80,14 @@ FULL = Plan(
     live_repeat=1,
     live_own_core=True,
     live_floor=False,
+    live_quix=True,
+    live_traffic="bench",
+    live_idle=45,
     drain_sessions=40,
     drain_turns=30,
     drain_segments=(1, 16, 64),
     drain_systems=("ck", "quix", "faust", "ours"),
+    drain_repeat=3,
     scale_sessions=40,
     scale_turns=30,
     scale_settle=8,
@@ -98,10 +109,14 @@ SMOKE = Plan(
     live_repeat=1,
     live_own_core=True,
     live_floor=True,
+    live_quix=False,  # its venv is `make bench`'s, and its start-up alone is ~10 s
+    live_traffic="bench",
+    live_idle=2,
     drain_sessions=12,
     drain_turns=6,
     drain_segments=(1,),
     drain_systems=("ck", "faust", "ours"),
+    drain_repeat=1,
     scale_sessions=6,
     scale_turns=4,
     scale_settle=3,
@@ -117,8 +132,9 @@ SMOKE = Plan(
 
 
 def calibrate(infra: Infra, work: Path, plan: Plan) -> dict[str, Any]:
-    """A fixed CPU-bound loop (best of 5, in a fresh interpreter) and, when installed,
-    Quix Streams draining the drain section's backlog of single events."""
+    """A fixed CPU-bound loop (best of 5, in a fresh interpreter) and, when its venv is
+    there (``benchmarks.peers``), Quix Streams draining the drain section's backlog of
+    single events."""
     loop = "import time\nbest = 1e9\nfor _ in range(5):\n    t = time.perf_counter()\n"
     loop += "    total = 0\n    for i in range(2_000_000):\n        total += i * i % 7\n"
     loop += "    best = min(best, time.perf_counter() - t)\nprint(best)"
@@ -272,30 +288,36 @@ def render(result: dict[str, Any]) -> str:
                 "Quix Streams, single events",
                 f"{n(cal['quix_events_per_s'])} events/s",
             )
-    drains = result.get("drain", [])
+    drains = summarize(result.get("drain", []))
+    repeat = result["plan"].get("drain_repeat", 1)
     # The targets compare our drain at each segment size with Quix Streams draining the
     # same events one per message (the issue's method: "44,100 when the same events come
-    # 64 per message (0.52x)"); Quix at the same segment size is shown beside it.
-    quix_single = next(
-        (r["events_per_s"] for r in drains if r["system"] == "quix" and r["segment"] == 1), None
-    )
-    for segment in sorted({r["segment"] for r in drains}):
-        group = {r["system"]: r for r in drains if r["segment"] == segment}
-        quix = group.get("quix", {}).get("events_per_s")
+    # 64 per message (0.52x)"), by the medians of their runs; Quix at the same segment
+    # size is shown beside it.
+    quix_single = drains.get((1, "quix"), {}).get("events_per_s")
+    for segment in sorted({segment for segment, _ in drains}):
+        quix = drains.get((segment, "quix"), {}).get("events_per_s")
         for system in ("ck", "quix", "faust", "ours"):
-            if system not in group:
+            if (segment, system) not in drains:
                 continue
-            r = group[system]
+            r = drains[(segment, system)]
             ratio = ""
             if system == "ours" and quix_single:
                 ratio = f"; {r['events_per_s'] / quix_single:.2f}x Quix single events"
                 if quix and segment != 1:
                     ratio += f", {r['events_per_s'] / quix:.2f}x Quix at segment {segment}"
+                if r["runs"] > 1:
+                    ratio += " (by medians)"
+            spread = ""
+            if r["runs"] > 1:
+                spread = f", median of {r['runs']}: {n(r['min'])}-{n(r['max'])}"
             add(
                 "drain",
                 f"segment {segment}: {_system_name(system)}",
-                f"{n(r['events_per_s'])} events/s ({n(r['messages_per_s'])} msg/s){ratio}",
+                f"{n(r['events_per_s'])} events/s ({n(r['messages_per_s'])} msg/s{spread})" + ratio,
             )
+    if repeat > 1 and drains:
+        add("drain", "runs", f"{repeat} of each system, alternating (ck, quix, faust, ours)")
     rows.extend(render_live(result))
     for row in result.get("scale", []):
         add(
@@ -402,6 +424,27 @@ def main() -> None:
         action="store_true",
         help="live: the worker shares every core with the load, broker and Redis",
     )
+    parser.add_argument(
+        "--traffic",
+        choices=("bench", "heldout"),
+        default="bench",
+        help="live: the bench's corpus, warmed up (the default), or traffic like the"
+        " held-out harness's (benchmarks.heldout: unseen sessions every step, the mixed"
+        " modern shape, linger 1 ms, no warm-up, a subscriber that parses each update)",
+    )
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=None,
+        help="live: seconds with no traffic after the last step, each runner's CPU"
+        " meanwhile (0: none; the plan's by default)",
+    )
+    parser.add_argument(
+        "--drain-repeat",
+        type=int,
+        default=0,
+        help="drain: run every system this many times, alternating; medians and spread",
+    )
     args = parser.parse_args()
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -422,17 +465,20 @@ def main() -> None:
         plan = Plan(**{**plan.__dict__, "live_own_core": False, "live_floor": True})
     if args.live_repeat > 0:
         plan = Plan(**{**plan.__dict__, "live_repeat": args.live_repeat})
-    if {"drain", "calibrate"} & set(only) and "quix" in plan.drain_systems:
-        try:
-            import quixstreams  # noqa: F401
-        except ImportError:
-            log("Quix Streams not installed (pip install -e '.[bench]'): drain runs without it")
-            plan = Plan(
-                **{
-                    **plan.__dict__,
-                    "drain_systems": tuple(s for s in plan.drain_systems if s != "quix"),
-                }
-            )
+    plan = Plan(**{**plan.__dict__, "live_traffic": args.traffic})
+    if args.idle is not None:
+        plan = Plan(**{**plan.__dict__, "live_idle": args.idle})
+    if args.drain_repeat > 0:
+        plan = Plan(**{**plan.__dict__, "drain_repeat": args.drain_repeat})
+    quix_drain = "quix" in plan.drain_systems
+    if {"drain", "calibrate"} & set(only) and quix_drain and peers_python() is None:
+        log(f"Quix Streams' venv missing ({PEERS_INSTALL}): drain runs without it")
+        plan = Plan(
+            **{
+                **plan.__dict__,
+                "drain_systems": tuple(s for s in plan.drain_systems if s != "quix"),
+            }
+        )
     result: dict[str, Any] = {
         "smoke": args.smoke,
         "plan": plan.__dict__,

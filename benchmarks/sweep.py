@@ -1,15 +1,19 @@
-"""The live latency sweep of ``benchmarks.run``: the rate steps, the floor relay step and the
-verdicts against the targets (its load, subscriber and relay are ``benchmarks.live``)."""
+"""The live latency sweep of ``benchmarks.run``: the rate steps, each through the plain relay
+(the floor), the Quix Streams app (a peer) and our worker, an idle stretch after the last,
+and the verdicts against the targets (its load, subscriber and relay are ``benchmarks.live``,
+the Quix app ``benchmarks.peers``, the held-out traffic ``benchmarks.heldout``)."""
 
 import math
 import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.drain import our_drain
+from benchmarks.heldout import figures, heldout_logs
 from benchmarks.infra import (
     Infra,
     Placement,
@@ -19,9 +23,11 @@ from benchmarks.infra import (
     cpu_seconds,
     idle_seconds,
     own_core,
+    pin,
     placed,
 )
-from benchmarks.live import Load, Relay, Subscriber, latencies, summary
+from benchmarks.live import Load, QuixApp, Relay, Subscriber, latencies, summary
+from benchmarks.peers import PEERS_INSTALL, peers_python
 from benchmarks.plan import Plan, log, n
 
 # The targets of the live sweep: p99 per fraction of our single-event drain rate.
@@ -100,6 +106,30 @@ def floor_verdict(row: dict[str, Any]) -> str:
     )
 
 
+PEER_LABELS = {"floor": "plain relay", "quix": "Quix app"}
+
+
+def runners(row: dict[str, Any]) -> str:
+    """p50 / p99 and CPU (cores over the step) of every runner at a step: the worker, the
+    plain relay and the Quix app, each on its own topic at the same rate, one after the
+    other; a peer still answering its step's events 0.25 s of load after it ends is behind."""
+    parts = [f"our worker {_ms(row['lat_p50'])} / {_ms(row['lat_p99'])} ms, {row['cpu']:.2f} cores"]
+    for name, label in PEER_LABELS.items():
+        if row.get(f"{name}_lat_n"):
+            behind = row.get(f"{name}_backlog", 0) > row["rate"] * 0.25
+            parts.append(
+                f"{label} {_ms(row[f'{name}_lat_p50'])} / {_ms(row[f'{name}_lat_p99'])} ms,"
+                f" {row[f'{name}_cpu']:.2f} cores" + (" (behind)" if behind else "")
+            )
+    return "p50 / p99: " + "; ".join(parts)
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds, to a tenth below 10."""
+    ms = seconds * 1000
+    return n(ms, 1) if ms < 10 else n(ms)
+
+
 def _rate(events_per_s: float) -> int:
     """A step's rate: to the hundred, at least 100 events/s."""
     return max(100, round(events_per_s / 100) * 100)
@@ -119,6 +149,60 @@ def regime(row: dict[str, Any], sessions: int) -> str:
     )
 
 
+@dataclass
+class Peer:
+    """A runner beside the worker, timed at every step on its own topic and sessions: the
+    plain relay (``floor``) or the Quix Streams app (``quix``)."""
+
+    name: str  # the rows' key prefix
+    label: str
+    child: Relay | QuixApp
+    load: Load
+    tag: str  # its sessions' key prefix
+
+
+def _arrived(subscriber: Subscriber, seen: int, tag: str) -> int:
+    """Updates after the first ``seen`` on sessions of ``tag`` (a runner's own)."""
+    head = f"{tag}-".encode()
+    return sum(1 for key, _, _ in subscriber.arrivals()[seen:] if key.startswith(head))
+
+
+def _wait_arrivals(
+    subscriber: Subscriber, seen: int, tag: str, wanted: int, timeout: float
+) -> bool:
+    """Until ``wanted`` updates on ``tag``'s sessions have arrived after the first
+    ``seen``; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while _arrived(subscriber, seen, tag) < wanted:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _corpus(
+    plan: Plan, work: Path, steps: list[tuple[int, float | None]], warm_up: int, runners: int
+) -> list[list[Any]]:
+    """The logs the sessions replay (shared round-robin): enough events that no session
+    runs out. Held-out traffic starts fresh sessions at every step; the bench's own
+    sessions go on from step to step (after a warm-up)."""
+    if plan.live_traffic == "heldout":
+        most = max(r for r, _ in steps)
+        per_session = most * plan.live_seconds / plan.live_sessions * 1.2 + 4
+        return heldout_logs(work, min(plan.live_sessions, 40), math.ceil(per_session))
+    needed = warm_up * plan.live_warmup + sum(r for r, _ in steps) * plan.live_seconds
+    if runners > 1:  # the peers' own sessions replay the same logs
+        needed = max(needed, (warm_up + sum(r for r, _ in steps)) * (plan.live_seconds + 2))
+    per_session = needed / plan.live_sessions * 1.2
+    turns = plan.live_turns
+    while True:  # grown until the shortest log holds what a session needs
+        corpus = corpus_sessions(work / f"live-corpus-{turns}", min(plan.live_sessions, 40), turns)
+        shortest = min(len(events) for events in corpus.values())
+        if shortest >= per_session:
+            return list(corpus.values())
+        turns = math.ceil(turns * per_session / max(shortest, 1) * 1.1)
+
+
 def live_sweep(
     infra: Infra,
     work: Path,
@@ -130,7 +214,13 @@ def live_sweep(
     """One worker through the steps: ``plan.live_fractions`` of the median of the sweep's
     drains, one more taken just before each step (this machine's speed drifts within
     minutes, and one drain swings with it: 70,259-103,274 events/s within one sweep), else
-    ``plan.live_rates``."""
+    ``plan.live_rates``. With ``plan.live_floor`` each step runs first through the plain
+    relay, then the Quix Streams app (``plan.live_quix``), then the worker: the same rate
+    and kind of traffic, each runner on a topic and sessions of its own, one at a time (on
+    two cores, runners consuming side by side would be timed against each other; one
+    topic read by three groups would be the same), each given until it has caught up
+    before the next starts."""
+    heldout = plan.live_traffic == "heldout"
     steps: list[tuple[int, float | None]]
     drains: list[float] = []
     if drain is not None:
@@ -141,56 +231,87 @@ def live_sweep(
     else:
         steps = [(rate, None) for rate in plan.live_rates]
         warm_up = steps[0][0]
-    # Enough turns that the sweep does not run out of events (the 40 generated logs are
-    # shared round-robin): grown until the shortest log holds what a session needs.
-    needed = warm_up * plan.live_warmup + sum(r for r, _ in steps) * plan.live_seconds
-    if plan.live_floor:  # the floor's own sessions replay the same logs
-        needed = max(needed, (warm_up + sum(r for r, _ in steps)) * (plan.live_seconds + 2))
-    per_session = needed / plan.live_sessions * 1.2
-    turns = plan.live_turns
-    while True:
-        corpus = corpus_sessions(work / f"live-corpus-{turns}", min(plan.live_sessions, 40), turns)
-        shortest = min(len(events) for events in corpus.values())
-        if shortest >= per_session:
-            break
-        turns = math.ceil(turns * per_session / max(shortest, 1) * 1.1)
-    bases = list(corpus.values())
-    sessions = [(f"live-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)]
+    quix_python: str | None = None
+    if plan.live_floor and plan.live_quix:
+        quix_python = peers_python()
+        if quix_python is None:
+            log(f"live: the Quix Streams peer skipped: no peers venv ({PEERS_INSTALL})")
+    runners = 1 + plan.live_floor + (quix_python is not None)
+    bases = _corpus(plan, work, steps, warm_up, runners)
+    if heldout:
+        shape = figures(bases)
+        log(
+            f"live: held-out traffic, mean event {shape['mean_bytes']:.0f} bytes, p99"
+            f" {shape['p99_bytes']:,}, {shape['chunk_share']:.0%} chunks; unseen sessions"
+            " every step, linger 1 ms, no warm-up"
+        )
+    linger = 1.0 if heldout else 5.0
+
+    def sessions(tag: str) -> list[tuple[bytes, list[Any]]]:
+        return [(f"{tag}-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)]
+
     scenario = Scenario(infra, work, extra=variant)
     infra.create_topic(scenario.input_topic, scenario.partitions)
     own = placement.worker if placement is not None else None
     worker = WorkerProcess(scenario, "live", probe=True, cores=own)
     worker.start()
     subscriber = Subscriber(
-        infra.redis_url, f"{scenario.prefix}session:*", work / f"{scenario.name}.arrivals"
+        infra.redis_url,
+        f"{scenario.prefix}session:*",
+        work / f"{scenario.name}.arrivals",
+        parsed=heldout,
     )
     subscriber.start()
-    load = Load(infra.bootstrap, scenario.input_topic, sessions)
-    relay: Relay | None = None
+    load = Load(infra.bootstrap, scenario.input_topic, sessions("live"), linger)
+    peers: list[Peer] = []
     if plan.live_floor:
         floor_topic = f"{scenario.input_topic}-floor"
         infra.create_topic(floor_topic, scenario.partitions)
         relay = Relay(infra.bootstrap, floor_topic, infra.redis_url, scenario.prefix)
-        relay.start()
-        floor_load = Load(
+        floor_load = Load(infra.bootstrap, floor_topic, sessions("floor"), linger)
+        peers.append(Peer("floor", "plain relay", relay, floor_load, "floor"))
+    if quix_python is not None:
+        quix_topic = f"{scenario.input_topic}-quix"
+        infra.create_topic(quix_topic, scenario.partitions)
+        app = QuixApp(
+            quix_python,
             infra.bootstrap,
-            floor_topic,
-            [(f"floor-{i}".encode(), bases[i % len(bases)]) for i in range(plan.live_sessions)],
+            quix_topic,
+            infra.redis_url,
+            scenario.prefix,
+            work / f"{scenario.name}-quix-state",
         )
+        quix_load = Load(infra.bootstrap, quix_topic, sessions("quix"), linger)
+        peers.append(Peer("quix", "Quix app", app, quix_load, "quix"))
     others = {**infra.server_pids(), "load": os.getpid()}
     if subscriber.process is not None:
         others["subscriber"] = subscriber.process.pid
     rows: list[dict[str, Any]] = []
     seen = 0
     try:
-        # Warm-up, not measured: the broker's JIT, the worker's first rows and connections.
-        load.run(warm_up, plan.live_warmup)
-        scenario.wait_accounted(load.total, timeout=120)
-        if relay is not None:
-            floor_load.run(warm_up, 2.0)
+        for peer in peers:
+            peer.child.start()
+            if own is not None and peer.child.process is not None:
+                pin(peer.child.process.pid, own)  # each runner has the worker's core in turn
+        if heldout:
+            # No warm-up: a few events on sessions of their own, so that every runner is
+            # assigned and answering before it is timed (the Quix app joins its group).
+            for name, runner_load in (("live", load), *((p.tag, p.load) for p in peers)):
+                runner_load.renew([f"{name}-probe-{i}".encode() for i in range(plan.live_sessions)])
+                runner_load.run(100, 0.3)
+            scenario.wait_accounted(load.total, timeout=120)
+        else:
+            # Warm-up, not measured: the broker's JIT, the worker's first rows and connections.
+            load.run(warm_up, plan.live_warmup)
+            scenario.wait_accounted(load.total, timeout=120)
+            for peer in peers:
+                peer.load.run(warm_up, 2.0)
+        for peer in peers:  # each has answered its first events (the Quix app joined)
+            if not _wait_arrivals(subscriber, 0, peer.tag, peer.load.total, 180):
+                raise RuntimeError(f"the {peer.label} did not answer its warm-up in 180 s")
         time.sleep(1.0)
         seen = len(subscriber.arrivals())
-        for most, fraction in steps:
+        for index, (most, fraction) in enumerate(steps):
             rate, drain_rate, capped = most, None, False
             if drain is not None and fraction is not None:
                 drains.append(drain())
@@ -205,9 +326,14 @@ def live_sweep(
             log(
                 f"live: {rate:,} events/s{share} over {plan.live_sessions} sessions {variant or ''}"
             )
-            floor: dict[str, float] = {}
-            if relay is not None:  # the same rate through the plain relay, just before
-                floor, seen = _floor_step(floor_load, subscriber, seen, rate, plan.live_seconds)
+            if heldout:  # unseen sessions at every step, for every runner
+                for name, runner_load in (("live", load), *((p.tag, p.load) for p in peers)):
+                    keys = [f"{name}-s{index}-{i}".encode() for i in range(plan.live_sessions)]
+                    runner_load.renew(keys)
+            floor: dict[str, Any] = {}
+            for peer in peers:  # the same rate through each peer, just before
+                found, seen = _peer_step(peer, subscriber, seen, rate, plan.live_seconds)
+                floor.update(found)
             before = _counters(infra, worker, scenario)
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
             other0 = {name: cpu_seconds(pid) for name, pid in others.items()}
@@ -246,6 +372,7 @@ def live_sweep(
                 "drains": list(drains),
                 "capped": capped,
                 "variant": " ".join(f"{k}={v}" for k, v in variant.items()),
+                "traffic": plan.live_traffic,
                 "achieved": sent / took,
                 "events": sent,
                 "updates": len(step),
@@ -275,7 +402,8 @@ def live_sweep(
             }
             rows.append(row)
             log(
-                f"  p50 {row['lat_p50'] * 1000:.0f} ms, p99 {row['lat_p99'] * 1000:.0f} ms"
+                f"  our worker: p50 {row['lat_p50'] * 1000:.0f} ms,"
+                f" p99 {row['lat_p99'] * 1000:.0f} ms"
                 f" (the broker's produce-ack p50 {ack['p50'] * 1000:.1f} ms,"
                 f" p99 {ack['p99'] * 1000:.1f} ms: {row['lat_p50'] / ack['p50']:.1f}× /"
                 f" {row['lat_p99'] / ack['p99']:.1f}×),"
@@ -288,32 +416,68 @@ def live_sweep(
             )
             if not lat["n"] or cleared is None:
                 break
+        if rows and plan.live_idle > 0:
+            rows[-1].update(_idle(worker, peers, plan.live_idle))
     finally:
         subscriber.stop()
         worker.stop()
-        if relay is not None:
-            relay.stop()
+        for peer in peers:
+            peer.child.stop()
     return rows
 
 
-def _floor_step(
-    load: Load, subscriber: Subscriber, seen: int, rate: int, seconds: float
-) -> tuple[dict[str, float], int]:
-    """``rate`` for ``seconds`` through the plain relay (``benchmarks.live``): its update
-    latency and the produce-ack of the same events; and the arrivals seen so far."""
+def _idle(worker: WorkerProcess, peers: list[Peer], seconds: float) -> dict[str, float]:
+    """Each runner's CPU (cores) over ``seconds`` with no traffic, after the last step."""
+    time.sleep(1.0)  # the last step's tail: acks, commits, the subscriber's flush
+    t0 = time.monotonic()
+    cpu0 = {"idle_cpu": worker.cpu_seconds()}
+    cpu0.update({f"idle_{p.name}_cpu": p.child.cpu_seconds() for p in peers})
+    time.sleep(seconds)
+    wall = time.monotonic() - t0
+    found = {"idle_seconds": wall, "idle_cpu": (worker.cpu_seconds() - cpu0["idle_cpu"]) / wall}
+    for p in peers:
+        found[f"idle_{p.name}_cpu"] = (p.child.cpu_seconds() - cpu0[f"idle_{p.name}_cpu"]) / wall
+    log(
+        f"live: idle {wall:.0f} s: worker {found['idle_cpu']:.3f} cores"
+        + "".join(f", {p.label} {found[f'idle_{p.name}_cpu']:.3f}" for p in peers)
+    )
+    return found
+
+
+def _peer_step(
+    peer: Peer, subscriber: Subscriber, seen: int, rate: int, seconds: float
+) -> tuple[dict[str, Any], int]:
+    """``rate`` for ``seconds`` through a peer: its update latency, its CPU over the step
+    (cores, as the worker's), the produce-ack of the same events, how many of them it had
+    not answered when the load stopped; and the arrivals seen so far. Waits until it has
+    answered every event (120 s at most), so that it does not run into the next step."""
+    load = peer.load
     acked = len(load.acks)
-    load.run(rate, seconds)
+    cpu0, t0 = peer.child.cpu_seconds(), time.monotonic()
+    sent, _ = load.run(rate, seconds)
+    cpu = peer.child.cpu_seconds() - cpu0
+    wall = time.monotonic() - t0
+    backlog = max(0, sent - _arrived(subscriber, seen, peer.tag))
+    began = time.monotonic()
+    caught_up = _wait_arrivals(subscriber, seen, peer.tag, sent, 120)
+    cleared = time.monotonic() - began
     time.sleep(1.0)  # the subscriber's last flush
     arrivals = subscriber.arrivals()
     lat = summary(latencies(arrivals[seen:], load.produced_at))
     ack = summary(load.acks[acked:])
+    name = peer.name
     found = {
-        **{f"floor_lat_{k}": v for k, v in lat.items()},
-        **{f"floor_ack_{k}": v for k, v in ack.items()},
+        **{f"{name}_lat_{k}": v for k, v in lat.items()},
+        **{f"{name}_ack_{k}": v for k, v in ack.items()},
+        f"{name}_cpu": cpu / wall,
+        f"{name}_backlog": backlog,
+        f"{name}_clear_seconds": cleared if caught_up else None,
     }
     log(
-        f"  the plain relay: p50 {lat['p50'] * 1000:.1f} ms, p99 {lat['p99'] * 1000:.1f} ms"
-        f" (its produce-ack p50 {ack['p50'] * 1000:.1f} ms, p99 {ack['p99'] * 1000:.1f} ms)"
+        f"  {peer.label}: p50 {lat['p50'] * 1000:.1f} ms, p99 {lat['p99'] * 1000:.1f} ms"
+        f" (its produce-ack p50 {ack['p50'] * 1000:.1f} ms, p99 {ack['p99'] * 1000:.1f} ms),"
+        f" {cpu / wall:.2f} cores, backlog {backlog:,}"
+        + (f" cleared in {cleared:.1f} s" if caught_up else " NOT CLEARED in 120 s")
     )
     return found, len(arrivals)
 
@@ -438,6 +602,19 @@ def render_live(result: dict[str, Any]) -> list[tuple[str, str, str]]:
             add("  broker", f"at {row['rate']:,}/s", ack_verdict(row))
         if row.get("floor_lat_n"):
             add("  floor", f"at {row['rate']:,}/s", floor_verdict(row))
+        add("  runners", f"at {row['rate']:,}/s", runners(row))
+        if row.get("idle_seconds"):
+            add(
+                "  idle",
+                f"after {row['rate']:,}/s",
+                f"{row['idle_seconds']:.0f} s with no traffic: our worker"
+                f" {row['idle_cpu']:.3f} cores"
+                + "".join(
+                    f", {label} {row[f'idle_{name}_cpu']:.3f}"
+                    for name, label in PEER_LABELS.items()
+                    if f"idle_{name}_cpu" in row
+                ),
+            )
         if row.get("events"):
             add("  regime", f"at {row['rate']:,}/s", regime(row, result["plan"]["live_sessions"]))
         cleared = row.get("clear_seconds")
