@@ -401,6 +401,11 @@ def live_sweep(
                 **_per_event(before, after, sent),
             }
             rows.append(row)
+            if row["faulted"] or row["dead_lettered"]:
+                log(
+                    f"  BENCH BUG: the worker faulted {row['faulted']:.0f} and dead-lettered"
+                    f" {row['dead_lettered']:.0f} of the step's events (its log: {worker.log_path})"
+                )
             log(
                 f"  our worker: p50 {row['lat_p50'] * 1000:.0f} ms,"
                 f" p99 {row['lat_p99'] * 1000:.0f} ms"
@@ -499,6 +504,11 @@ def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[s
         "output_records": infra.end_offsets(scenario.output_topic),
         "changelog_records": infra.end_offsets(scenario.changelog_topic),
         "batches": metric("stream_batches_total"),
+        # The bench's traffic is valid input: a fault or a dead letter is a bench bug.
+        **{
+            outcome: metric(f'stream_events_total{{outcome="{outcome}"}}')
+            for outcome in ("faulted", "dead_lettered")
+        },
         "fold_seconds": metric("stream_fold_seconds_sum"),
         "publish_seconds": metric("stream_publish_seconds_sum"),
         "redis_seconds": metric("stream_redis_write_seconds_sum"),
@@ -556,6 +566,8 @@ def _per_event(before: dict[str, float], after: dict[str, float], events: int) -
             d["redis_script_usec"] / 1e3 / d["batches"] if d["batches"] else 0.0
         ),
         "batches": d["batches"],
+        "faulted": d["faulted"],
+        "dead_lettered": d["dead_lettered"],
     }
 
 
@@ -653,7 +665,12 @@ def render_live(result: dict[str, Any]) -> list[tuple[str, str, str]]:
             f" {row['redis_commands_per_event']:.1f} ({row['redis_scripts_per_event']:.2f}"
             f" scripts); output rec {row['output_records_per_event']:.2f}, changelog rec"
             f" {row['changelog_records_per_event']:.2f};"
-            f" updates {row['updates'] / row['events']:.2f}",
+            f" updates {row['updates'] / row['events']:.2f}"
+            + (
+                f"; faulted {row['faulted']:.0f}, dead-lettered {row['dead_lettered']:.0f}"
+                if "faulted" in row
+                else ""
+            ),
         )
         if row.get("batches"):
             add(
