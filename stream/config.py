@@ -129,16 +129,6 @@ class Settings:
         " elements (a batch grows with a backlog up to it; the agent's queue"
         " holds two)",
     )
-    batch_within: float = setting(  # 0 takes what has arrived (latency first; note 011)
-        "STREAM_BATCH_WITHIN",
-        0.0,
-        number(),
-        group=BATCHES,
-        help="how long an incomplete batch waits",
-        doc="how long an incomplete batch waits (0: it takes what has arrived; more gives"
-        " fewer, larger batches at low rates for a higher latency)",
-        unit="s",
-    )
     batch_sessions: int = setting(
         "STREAM_BATCH_SESSIONS",
         100,
@@ -146,12 +136,10 @@ class Settings:
         group=BATCHES,
         help="sessions a batch's partitions hold together (0: all partitions)",
         doc="a batch takes whole partitions, longest waiting first, while together they hold"
-        " at most this many sessions (at least one partition); the others take the next turn"
-        " with whatever reached them meanwhile. A busy worker's batch holds nearly every"
-        " session, and each waits for all of them to be folded and published; in turns, a"
-        " partition's sessions wait only for their own share. When a whole batch"
-        " (`STREAM_BATCH_MAX`) is waiting, a batch takes every partition again: that far"
-        " behind, throughput comes first (note 016). 0: every partition each batch",
+        " at most this many sessions (at least one partition): a session waits for its own"
+        " share of a busy worker's round, not all of it. A whole `STREAM_BATCH_MAX` batch"
+        " waiting takes every partition again (throughput first; note 016). 0: every"
+        " partition each batch",
     )
     producer_linger: float = setting(
         "STREAM_PRODUCER_LINGER",
@@ -181,15 +169,25 @@ class Settings:
         " 1.5 KB each), so their next batch folds on without decoding the row; 0 keeps none"
         " (note 016)",
     )
+    latency_budget: float = setting(  # note 034
+        "STREAM_LATENCY_BUDGET",
+        0.01,
+        number(0.001, 1.0),
+        group=BATCHES,
+        help="how long a fetch waits for more records while records arrive",
+        doc="how long a fetch waits at the broker for more while records arrive: one fetch,"
+        " fold, Redis write and produce per budget, so CPU follows the events; the latency"
+        " an update may gain for it (a backlog comes back at once; note 034)",
+        unit="s",
+    )
     fetch_max_wait: float = setting(
         "STREAM_FETCH_MAX_WAIT",
-        0.05,
+        0.5,
         number(0.001, 30.0),
         group=BATCHES,
-        help="longest fetch wait at the broker",
-        doc="the longest a fetch waits at the broker for new records (Faust's own 1.5 s left a"
-        " busy worker seconds behind: aiokafka's one fetch in flight held its busy"
-        " partitions; note 016)",
+        help="how long an idle worker's fetch waits at the broker",
+        doc="how long a fetch waits at the broker while no records arrive and none are"
+        " pending: sets an idle worker's fetches a second (notes 016, 034)",
         unit="s",
     )
     isolation_level: str = setting(  # note 025
@@ -198,10 +196,8 @@ class Settings:
         choice("read_committed", "read_uncommitted"),
         group=BATCHES,
         help="read_committed or read_uncommitted",
-        doc="`read_committed` folds a transactional producer's events once its transaction"
-        " commits and never those of an aborted one; `read_uncommitted` folds every record"
-        " as soon as it is written, aborted ones too ([note 025](docs/notes/"
-        "025-the-input-read-committed.md))",
+        doc="`read_committed` folds a transactional producer's events once it commits, never"
+        " an aborted one's; `read_uncommitted` folds every record, aborted ones too (note 025)",
     )
     consumer_thread: bool = setting(  # off: the consumer on the worker's loop (note 023)
         "STREAM_CONSUMER_THREAD",
@@ -209,10 +205,8 @@ class Settings:
         flag,
         group=BATCHES,
         help="run the Kafka consumer on a thread of its own (Faust's way)",
-        doc="`1`: the Kafka consumer runs on a thread and event loop of its own, as Faust"
-        " runs it; by default it runs on the worker's loop, which takes every fetch a"
-        " thread hand-over sooner (3 ms at the median at 6,000 events/s on two shared"
-        " cores; [note 023](docs/notes/023-the-consumer-on-the-worker-loop.md))",
+        doc="`1`: the Kafka consumer runs on a thread and loop of its own, as Faust runs it;"
+        " by default on the worker's loop, a thread hand-over sooner (note 023)",
     )
     switch_interval: float = setting(  # sys.setswitchinterval (stream.runtime.tune_switch)
         "STREAM_SWITCH_INTERVAL",

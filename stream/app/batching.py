@@ -16,7 +16,6 @@ Written against faust-streaming 0.15.3 and mode-streaming 0.4.1; the private nam
 reads are listed in ``stream.app.internals``.
 """
 
-import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
@@ -104,16 +103,14 @@ class BulkAcks:
 ELEMENTS_PER_RECORD: Final = 4
 
 
-async def batches(
-    stream: Any, max_: int, linger: float = 0.0, sessions: int = 0
-) -> AsyncIterator["Batch"]:
+async def batches(stream: Any, max_: int, sessions: int = 0) -> AsyncIterator["Batch"]:
     """Batches of messages from the agent's channel, each tracked, none acked.
 
     The channel must be raw and its topics bulk (``install``): the hand-over puts a
     partition's records on its queue as one list. A batch is what has arrived when the
     agent asks, up to ``max_`` messages (a partition's records beyond that wait behind
-    the other partitions); with ``linger`` > 0 an incomplete batch waits up to that long
-    for more. The caller acks the batch (``ack``) once it is delivered.
+    the other partitions); how long records gather before they arrive is the fetch's pace
+    (``stream.app.drain.Pace``). The caller acks the batch (``ack``) once it is delivered.
 
     ``sessions`` > 0: partitions take turns (``Waiting.take``). A batch costs about the
     same per session whatever number of events each brings, and a busy worker's batch
@@ -136,7 +133,6 @@ async def batches(
     track = consumer._unacked_messages.add
     flow_active = app.flow_control.is_active
     inbound = app.monitor.stream_inbound_time
-    loop = asyncio.get_running_loop()
     waiting = Waiting()  # what has arrived and no batch took yet, per partition
     while not stream.should_stop:
         if not waiting:
@@ -144,13 +140,6 @@ async def batches(
                 waiting.add(*bulkqueue.taken(queue, await queue.get()))
             except StopAsyncIteration:  # the channel is closing (shutdown)
                 return
-        if linger > 0 and waiting.events + bulkqueue.queued(queue) < max_:
-            deadline = loop.time() + linger
-            while waiting.events + bulkqueue.queued(queue) < max_:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                await asyncio.sleep(min(remaining, 0.005))
         # What the queue holds joins, up to a batch: the rest stays on the queue, whose size
         # holds the hand-over back, so the events in hand are as many as without turns
         # (the collector's threshold counts on it: runtime.worker_young).

@@ -21,6 +21,8 @@ row of ``tests/unit/app/test_drain_plan.py``.
 - ``after_seek_to_committed``: the read offsets a seek to the committed offsets leaves,
   and the input partitions with none, moved to their beginning (a seek of one partition
   leaves ``offsets.read_after_seek``).
+- ``Pace``: how long each fetch waits at its broker (the latency budget while records
+  arrive, a long poll while none do).
 - ``is_raw``, ``record_ages``: which channels take a partition's records as one list, and
   each handed-over part's age, as the metric observes it.
 """
@@ -28,7 +30,7 @@ row of ``tests/unit/app/test_drain_plan.py``.
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from stream.app.offsets import Holes, read_after_seek
 
@@ -278,12 +280,59 @@ def record_ages(now: float, parts: Iterable[tuple[Any, Sequence[Any]]]) -> list[
     return ages
 
 
+# A paced fetch's wait ends early once the broker holds this many bytes for it: a backlog
+# (or a restore) fills it at once, a live stream rarely within the budget. Below aiokafka's
+# 1 MiB per partition, so a single partition's backlog is enough.
+PACED_MIN_BYTES = 256 << 10
+
+
+class Wait(NamedTuple):
+    """A fetch's wait at its broker: at most ``ms``, unless ``min_bytes`` are there sooner."""
+
+    ms: int
+    min_bytes: int
+    resting: bool  # the long poll of a broker whose partitions had nothing (``Pace``)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How long the next fetch from a broker may wait there, and for how many bytes
+    (docs/notes/034).
+
+    While records arrive, a fetch waits up to ``budget_ms``, the latency budget, unless
+    ``PACED_MIN_BYTES`` are there sooner: the worker runs one fetch, fold, Redis write and
+    produce per budget, whatever the rate below its capacity, instead of one per record
+    or two, and a backlog still comes back at once. A fetch that found nothing while no
+    record waits to be taken (``pending``) rests: the next waits up to ``resting_ms`` for
+    its first byte, so an idle worker sends a few fetches a second and the first record
+    after a quiet spell is not held. Never resting while records wait: aiokafka builds a
+    broker's fetch only from partitions whose records were taken, and a long poll of the
+    quiet ones would hold the busy ones (docs/notes/016)."""
+
+    budget_ms: int
+    resting_ms: int
+
+    def first(self) -> Wait:
+        """A broker's first fetch."""
+        return Wait(self.resting_ms, 1, resting=True)
+
+    def next(self, fetched: bool, pending: bool) -> Wait:
+        """The next fetch from a broker whose last fetch ``fetched`` records or not, with
+        records of the input still ``pending`` (fetched and not taken)."""
+        if fetched or pending:
+            return Wait(self.budget_ms, PACED_MIN_BYTES, resting=False)
+        return self.first()
+
+
 __all__ = [
+    "PACED_MIN_BYTES",
     "End",
     "Kind",
+    "Pace",
     "Route",
     "SeekPlan",
     "Step",
+    "Wait",
     "after_seek_to_committed",
     "check",
     "current",

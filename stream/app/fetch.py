@@ -14,10 +14,9 @@ applied to Faust and aiokafka. A table's changelog goes to its bulk restore
 (``stream.app.restore``), other topics take Faust's path; the agent's side is
 ``stream.app.batching``.
 
-``install`` gives the app this consumer, with its settings (``FetchSettings``), and the
-producer of ``stream.app.producer``, on the backoff clients of ``stream.app.backoff``.
-Written against faust-streaming 0.15.3 and aiokafka 0.14.0 (pinned); every private name
-of theirs relied on is listed in ``stream.app.internals``.
+``install`` gives the app this consumer with its ``FetchSettings``, each fetch paced
+(``stream.app.pacing``), and the producer of ``stream.app.producer``, on the backoff
+clients of ``stream.app.backoff``. Private names relied on: ``stream.app.internals``.
 """
 
 import asyncio
@@ -34,7 +33,7 @@ from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import maybe_async
 
-from stream.app import bulkqueue, drain
+from stream.app import bulkqueue, drain, pacing
 from stream.app.backoff import quiet_aiokafka, with_backoff
 from stream.app.batching import BulkAcks
 from stream.app.membership import leave_on_close
@@ -48,11 +47,12 @@ class FetchSettings:
     are the settings' own) and handed to the transport and each consumer it creates."""
 
     bulk_topics: frozenset[str]  # the input, handed over in bulk
-    fetch_max_wait_ms: int | None  # the longest a fetch waits at the broker (``install``)
+    pace: drain.Pace | None  # how long each fetch waits at its broker (``stream.app.pacing``)
     bulk_bytes: int | None  # input bytes handed over, not yet in a batch (None: no bound)
     isolation_level: str  # set on the aiokafka consumer (docs/notes/025)
     consumer_thread: bool  # False: the consumer on the app's loop (``InlineConsumerThread``)
     record_age: Callable[[float], None] | None = None  # each fetch's age as handed over
+    fetches: Callable[[bool], None] | None = None  # each fetch sent: resting or not
     leaving: Callable[[], bool] | None = None  # whether a static member leaves (note 027)
 
     @classmethod
@@ -61,16 +61,21 @@ class FetchSettings:
         settings: Any,
         record_age: Callable[[float], None] | None = None,
         leaving: Callable[[], bool] | None = None,
+        fetches: Callable[[bool], None] | None = None,
     ) -> "FetchSettings":
         """From the worker's ``stream.config.Settings``: its input topic in bulk."""
         return cls(
             bulk_topics=frozenset([settings.input_topic]),
-            fetch_max_wait_ms=max(1, round(settings.fetch_max_wait * 1000)),
+            pace=drain.Pace(
+                budget_ms=max(1, round(settings.latency_budget * 1000)),
+                resting_ms=max(1, round(settings.fetch_max_wait * 1000)),
+            ),
             bulk_bytes=settings.max_buffered_bytes,
             isolation_level=settings.isolation_level,
             consumer_thread=settings.consumer_thread,
             record_age=record_age,
             leaving=leaving,
+            fetches=fetches,
         )
 
 
@@ -484,8 +489,6 @@ class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_consumer(loop)
         with_backoff(consumer._client)
         settings = self._fetch
-        if settings.fetch_max_wait_ms is not None:  # Faust fixes 1,500 ms
-            consumer._fetch_max_wait_ms = settings.fetch_max_wait_ms
         # Faust reads committed only under exactly-once; both are read by the fetcher
         # built at start (docs/notes/025).
         consumer._isolation_level = settings.isolation_level
@@ -493,9 +496,12 @@ class BackoffConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def on_start(self) -> None:
         await super().on_start()  # the aiokafka consumer, started: its coordinator exists
-        leaving = self._fetch.leaving
-        if leaving is not None:  # a static member leaves only when told (note 027)
-            leave_on_close(self._consumer, leaving)
+        consumer: Any = self._consumer
+        fetch = self._fetch
+        if fetch.pace is not None:  # Faust fixes a 1,500 ms wait for every fetch
+            pacing.install(consumer._fetcher, fetch.pace, fetch.bulk_topics, fetch.fetches)
+        if fetch.leaving is not None:  # a static member leaves only when told (note 027)
+            leave_on_close(consumer, fetch.leaving)
 
 
 class InlineConsumerThread(BackoffConsumerThread):
@@ -572,11 +578,8 @@ def install(app: Any, fetch: FetchSettings) -> BulkTransport:
     """Give ``app`` the bulk consumer (before its consumer is created) with ``fetch``, the
     backoff clients, and aiokafka's repeated log lines rate-limited.
 
-    ``fetch.fetch_max_wait_ms``: aiokafka keeps one fetch in flight per broker, and builds
-    it only from partitions whose last records the drain loop has taken; when a busy
-    worker has not taken them yet, the fetch holds only quiet partitions (Faust's leader
-    topic, the changelogs) and every busy partition waits out its long poll: Faust's fixed
-    1.5 s put the live path seconds behind at a fraction of its capacity (docs/notes/016).
+    ``fetch.pace``: each fetch's wait at its broker (``stream.app.drain.Pace``): the
+    latency budget while records arrive, a long poll only while none are pending.
 
     ``fetch.isolation_level``: ``read_committed`` leaves out what a transactional producer
     aborted (and what it has not committed yet); the input's offsets then jump over an

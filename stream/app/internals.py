@@ -166,9 +166,22 @@ RELIED_ON: Final[dict[str, Borrowed]] = {
         ("aiokafka.consumer.consumer:AIOKafkaConsumer",),
         "its client, given backoff (fetch)",
     ),
-    "_fetch_max_wait_ms": Borrowed(
+    "_fetcher": Borrowed(
         ("aiokafka.consumer.consumer:AIOKafkaConsumer",),
-        "set, Faust fixes 1.5 s (fetch)",
+        "its fetcher, paced (fetch)",
+    ),
+    # aiokafka's fetcher and fetch request: each broker's fetch paced (pacing, note 034)
+    "_proc_fetch_request": Borrowed(
+        ("aiokafka.consumer.fetcher:Fetcher",),
+        "wrapped on the instance, a broker's fetch (pacing)",
+    ),
+    "_max_wait_ms": Borrowed(
+        ("aiokafka.protocol.fetch:FetchRequest",),
+        "set, how long the fetch waits at the broker (pacing)",
+    ),
+    "_min_bytes": Borrowed(
+        ("aiokafka.protocol.fetch:FetchRequest",),
+        "set, the bytes that end its wait (pacing)",
     ),
     "_metadata_update": Borrowed(
         ("aiokafka.client:AIOKafkaClient",),
@@ -214,8 +227,9 @@ RELIED_ON: Final[dict[str, Borrowed]] = {
     ),
     # aiokafka's PartitionRecords: a changelog's part of a fetch handed over unread
     "_records": Borrowed(
-        ("aiokafka.consumer.fetcher:PartitionRecords",),
-        "read, the part's record batches (restore)",
+        ("aiokafka.consumer.fetcher:PartitionRecords", "aiokafka.consumer.fetcher:Fetcher"),
+        "PartitionRecords: read, the part's record batches (restore); Fetcher: read, whether "
+        "records wait to be taken (pacing)",
     ),
     "_records_iterator": Borrowed(
         ("aiokafka.consumer.fetcher:PartitionRecords",),

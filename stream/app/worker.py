@@ -176,9 +176,7 @@ class Worker:
 
     async def _agent(self, stream: Any) -> None:
         settings = self.settings
-        taken = batching.batches(
-            stream, settings.batch_max, settings.batch_within, settings.batch_sessions
-        )
+        taken = batching.batches(stream, settings.batch_max, settings.batch_sessions)
         await self.committer.run(taken, settings.batch_max)
 
     # -- Redis -----------------------------------------------------------------------
@@ -365,6 +363,7 @@ def assemble(
         fetch.FetchSettings.of(
             settings,
             record_age=stats.record_age.labels("fetched").observe,
+            fetches=stats.observe_fetch,
             leaving=lambda: settings.leave_on_stop,  # a static member's SIGTERM (note 027)
         ),
     )

@@ -67,6 +67,7 @@ class Metrics:
     event_to_redis: Histogram
     record_age: Histogram
     rebalances: Counter
+    fetches: Counter
     committed_records: Counter
     restore_remaining: Gauge
     recovering: Gauge
@@ -179,6 +180,13 @@ class Metrics:
             ),
             rebalances=Counter(
                 "stream_rebalances", "Group rebalances completed by this worker", registry=r
+            ),
+            fetches=Counter(
+                "stream_fetches",
+                "Fetches sent to the brokers, by their wait: the latency budget while records"
+                " arrive, resting (a long poll) while none do (note 034)",
+                ["wait"],
+                registry=r,
             ),
             committed_records=Counter(
                 "stream_committed_records",
@@ -349,6 +357,10 @@ class Metrics:
             record = change.record
             if record is not None and record.time is not None:
                 self.event_to_redis.observe(max(0.0, now - record.time / 1000))
+
+    def observe_fetch(self, resting: bool) -> None:
+        """A fetch sent to a broker: resting (a long poll) or within the latency budget."""
+        self.fetches.labels("resting" if resting else "budget").inc()
 
     def observe_age(self, step: str, stamp: float | None) -> None:
         """A record's age at ``step`` (``stamp``: its Kafka timestamp, s; a clock ahead

@@ -108,7 +108,6 @@ class Deployment:
             STREAM_PARTITIONS=str(self.partitions),
             REDIS_KEY_PREFIX=self.prefix,
             STREAM_WEB_ENABLED="0",
-            STREAM_BATCH_WITHIN="0.02",
             STREAM_SESSION_TIMEOUT="8",
             # The generated corpora span years of event time in one topic: sessions
             # would expire under the default TTL. Expiry's own tests set it.

@@ -2,6 +2,7 @@
 
 import json
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,34 @@ def test_counters_agree_with_the_redis_totals_and_the_probes_answer(
     parsed = [json.loads(line) for line in lines if line.startswith("{")]
     assert parsed and all({"time", "level", "logger", "message"} <= set(p) for p in parsed)
     assert any("Ready" in p["message"] for p in parsed)
+
+
+def test_an_idle_worker_rests_and_a_busy_one_gathers_for_its_budget(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    # The fetch's pace (note 034): while records arrive each fetch waits at the broker up
+    # to the latency budget; once nothing comes, a fetch waits for its first byte, up to
+    # STREAM_FETCH_MAX_WAIT, so an idle worker sends a couple of fetches a second.
+    paths = _logs(tmp_path / "logs", sessions=3)
+    worker = deployment.start_worker(STREAM_FETCH_MAX_WAIT="0.5")
+    wait_until(lambda: worker.probe("/readyz") == 200, 60, "readiness")
+    deployment.stream("produce", *map(str, paths))
+    deployment.wait_accounted(event_count(paths))
+
+    def fetches() -> tuple[float, float]:
+        samples = worker.metrics()
+        return (
+            samples.get('stream_fetches_total{wait="budget"}', 0.0),
+            samples.get('stream_fetches_total{wait="resting"}', 0.0),
+        )
+
+    budget, resting = fetches()
+    assert budget >= 1  # the traffic was fetched at the budget's pace
+    # Idle: the last budget fetch finds nothing, then every fetch rests.
+    wait_until(lambda: fetches()[1] > resting + 2, 30, "resting fetches")
+    budget, resting = fetches()
+    idle = 5.0
+    time.sleep(idle)  # the subject: what an idle worker sends in this time
+    budget_after, resting_after = fetches()
+    assert budget_after == budget
+    assert 1 <= resting_after - resting <= idle / 0.5 + 2

@@ -80,7 +80,6 @@ FLOATS = {
     "STREAM_COMMIT_INTERVAL",
     "STREAM_SESSION_TIMEOUT",
     "STREAM_HEARTBEAT_INTERVAL",
-    "STREAM_BATCH_WITHIN",
     "STREAM_PRODUCER_LINGER",
     "STREAM_MAX_POLL_INTERVAL",
     "STREAM_FETCH_MAX_WAIT",
@@ -110,6 +109,7 @@ OTHERS = {
     "KAFKA_SSL_KEYFILE",
     "STREAM_SESSION_TTL",
     "STREAM_SWITCH_INTERVAL",
+    "STREAM_LATENCY_BUDGET",
 }
 TESTED = set(STRINGS) | set(PARSED) | set(INTEGERS) | FLOATS | FLAGS | OTHERS
 
@@ -147,7 +147,7 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert dataclasses.replace(settings, worker_id="") == Settings()
     assert settings.dlq_topic == "dsh.session-events.dlq"
     assert settings.kafka == KafkaSecurity()
-    assert (settings.partitions, settings.batch_max, settings.batch_within) == (6, 10_000, 0.0)
+    assert (settings.partitions, settings.batch_max, settings.latency_budget) == (6, 10_000, 0.01)
     assert settings.batch_sessions == 100
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert (settings.reseed_on_assign, settings.web_enabled) == (True, False)
@@ -157,7 +157,8 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
 @pytest.mark.parametrize(
     ("name", "default", "raw", "value", "refused"),
     [
-        ("STREAM_FETCH_MAX_WAIT", 0.05, "0.2", 0.2, ("0", "-1", "31", "soon")),
+        ("STREAM_FETCH_MAX_WAIT", 0.5, "0.2", 0.2, ("0", "-1", "31", "soon")),
+        ("STREAM_LATENCY_BUDGET", 0.01, "0.005", 0.005, ("0", "-1", "1.5", "soon")),
         ("STREAM_SWITCH_INTERVAL", 0.0005, "0.005", 0.005, ("0", "-1", "0.5", "soon")),
     ],
 )

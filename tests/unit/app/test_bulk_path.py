@@ -245,17 +245,6 @@ def test_resuming_flow_control_does_not_drop_queued_messages() -> None:
     assert [m.offset for m in asyncio.run(run())] == [1, 2]
 
 
-def test_linger_waits_for_more_messages() -> None:
-    async def run() -> list[FakeMessage]:
-        stream = FakeStream(FakeApp())
-        queue = stream.channel.queue
-        _put(queue, _messages(1))
-        asyncio.get_running_loop().call_later(0.01, _put, queue, _messages(1, start=1))
-        return await anext(batching.batches(stream, 10, linger=0.2))
-
-    assert [m.offset for m in asyncio.run(run())] == [0, 1]
-
-
 def _sessions(partition: int, keys: list[str], start: int = 0) -> list[FakeMessage]:
     """One message per key, in order, of one partition."""
     return [FakeMessage("in", partition, start + i, key=key.encode()) for i, key in enumerate(keys)]

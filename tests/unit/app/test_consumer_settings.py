@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from stream.app.drain import Pace
 from stream.app.worker import assemble
 from stream.config import Settings
 
@@ -28,7 +29,6 @@ def test_the_consumer_reads_at_the_isolation_level_set(tmp_path: Path, level: st
     settings = Settings(state_dir=str(tmp_path), input_topic="in", isolation_level=level)
     consumer = consumer_of(settings)
     assert consumer._isolation_level == level
-    assert consumer._fetch_max_wait_ms == 50  # STREAM_FETCH_MAX_WAIT's 0.05 s, not 1.5 s
 
 
 def test_the_default_is_read_committed(tmp_path: Path) -> None:
@@ -40,17 +40,18 @@ def test_the_consumer_is_handed_one_value_built_from_the_settings(tmp_path: Path
         state_dir=str(tmp_path),
         input_topic="in",
         fetch_max_wait=0.2,
+        latency_budget=0.004,
         max_buffered_bytes=1_000_000,
         consumer_thread=True,
     )
     app = assemble(settings, 2).app
     fetch = app.transport.fetch
     assert app.consumer.fetch is fetch  # handed to the consumer the transport creates
-    assert (fetch.bulk_topics, fetch.fetch_max_wait_ms, fetch.bulk_bytes) == (
+    assert (fetch.bulk_topics, fetch.pace, fetch.bulk_bytes) == (
         frozenset({"in"}),
-        200,
+        Pace(budget_ms=4, resting_ms=200),  # each fetch's wait (stream.app.pacing)
         1_000_000,
     )
     assert (fetch.isolation_level, fetch.consumer_thread) == ("read_committed", True)
-    assert fetch.record_age is not None and fetch.leaving is not None
+    assert None not in (fetch.record_age, fetch.leaving, fetch.fetches)
     assert fetch.leaving() is settings.leave_on_stop
