@@ -423,6 +423,7 @@ def live_sweep(
                 break
         if rows and plan.live_idle > 0:
             rows[-1].update(_idle(worker, peers, plan.live_idle))
+            rows[-1].update(_wake(load, subscriber, scenario))
     finally:
         subscriber.stop()
         worker.stop()
@@ -449,6 +450,30 @@ def _idle(worker: WorkerProcess, peers: list[Peer], seconds: float) -> dict[str,
     return found
 
 
+WAKE_EVENTS = 10
+
+
+def _wake(load: Load, subscriber: Subscriber, scenario: Scenario) -> dict[str, float]:
+    """After the idle stretch, single events half a second apart to the worker: how soon
+    a resting worker answers the first events after a quiet spell (max and median)."""
+    seen = len(subscriber.arrivals())
+    sent = load.total
+    for _ in range(WAKE_EVENTS):
+        load.run(1_000, 1 / 1_000)  # one event, acknowledged (``run`` flushes)
+        time.sleep(0.5)
+    try:
+        scenario.wait_accounted(sent + WAKE_EVENTS, timeout=30)
+    except TimeoutError as error:
+        log(f"live: the wake-up events not all accounted: {error}")
+    time.sleep(1.0)  # the subscriber's last flush
+    lat = summary(latencies(subscriber.arrivals()[seen:], load.produced_at))
+    log(
+        f"live: {lat['n']} single events after the idle stretch: p50 {lat['p50'] * 1000:.1f} ms,"
+        f" max {lat['max'] * 1000:.1f} ms"
+    )
+    return {"wake_n": lat["n"], "wake_p50": lat["p50"], "wake_max": lat["max"]}
+
+
 def _peer_step(
     peer: Peer, subscriber: Subscriber, seen: int, rate: int, seconds: float
 ) -> tuple[dict[str, Any], int]:
@@ -459,9 +484,13 @@ def _peer_step(
     load = peer.load
     acked = len(load.acks)
     cpu0, t0 = peer.child.cpu_seconds(), time.monotonic()
+    stamping0, idle0 = subscriber.cpu_seconds(), idle_seconds()
     sent, _ = load.run(rate, seconds)
     cpu = peer.child.cpu_seconds() - cpu0
     wall = time.monotonic() - t0
+    # The subscriber stamps every runner's updates: one that falls behind delays them all.
+    stamping = (subscriber.cpu_seconds() - stamping0) / wall
+    idle = (idle_seconds() - idle0) / wall
     backlog = max(0, sent - _arrived(subscriber, seen, peer.tag))
     began = time.monotonic()
     caught_up = _wait_arrivals(subscriber, seen, peer.tag, sent, 120)
@@ -475,13 +504,16 @@ def _peer_step(
         **{f"{name}_lat_{k}": v for k, v in lat.items()},
         **{f"{name}_ack_{k}": v for k, v in ack.items()},
         f"{name}_cpu": cpu / wall,
+        f"{name}_subscriber_cpu": stamping,
+        f"{name}_machine_idle": idle,
         f"{name}_backlog": backlog,
         f"{name}_clear_seconds": cleared if caught_up else None,
     }
     log(
         f"  {peer.label}: p50 {lat['p50'] * 1000:.1f} ms, p99 {lat['p99'] * 1000:.1f} ms"
         f" (its produce-ack p50 {ack['p50'] * 1000:.1f} ms, p99 {ack['p99'] * 1000:.1f} ms),"
-        f" {cpu / wall:.2f} cores, backlog {backlog:,}"
+        f" {cpu / wall:.2f} cores (the subscriber {stamping:.2f}, machine idle {idle:.2f}),"
+        f" backlog {backlog:,}"
         + (f" cleared in {cleared:.1f} s" if caught_up else " NOT CLEARED in 120 s")
     )
     return found, len(arrivals)
@@ -625,6 +657,12 @@ def render_live(result: dict[str, Any]) -> list[tuple[str, str, str]]:
                     f", {label} {row[f'idle_{name}_cpu']:.3f}"
                     for name, label in PEER_LABELS.items()
                     if f"idle_{name}_cpu" in row
+                )
+                + (
+                    f"; then {row['wake_n']:.0f} single events 0.5 s apart to the worker:"
+                    f" p50 {_ms(row['wake_p50'])} ms, max {_ms(row['wake_max'])} ms"
+                    if row.get("wake_n")
+                    else ""
                 ),
             )
         if row.get("events"):
