@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,16 +68,10 @@ def subscribe(url: str, pattern: str, out: Path) -> None:
         buffer += chunk
     buffer = buffer[end + 4 :]
     _ready()
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
+    stopping = until_sigterm()
     sock.settimeout(0.2)
     last_flush = time.monotonic()
-    while not stopping:
+    while not stopping():
         try:
             chunk = sock.recv(1 << 20)
         except TimeoutError:
@@ -151,15 +146,9 @@ def subscribe_parsed(url: str, pattern: str, out: Path) -> None:
     head = len(pattern) - 1
     sink = out.open("wb", buffering=1 << 16)
     _ready()
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
+    stopping = until_sigterm()
     last_flush = time.monotonic()
-    while not stopping:
+    while not stopping():
         message = pubsub.get_message(timeout=0.2)
         if message is not None and message["type"] == "pmessage":
             now = time.time()
@@ -171,6 +160,13 @@ def subscribe_parsed(url: str, pattern: str, out: Path) -> None:
             sink.flush()
             last_flush = time.monotonic()
     sink.close()
+
+
+def until_sigterm() -> Callable[[], bool]:
+    """Whether this process has been sent SIGTERM (how the bench stops its children)."""
+    stopped: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    return lambda: bool(stopped)
 
 
 def _ready() -> None:
@@ -255,19 +251,13 @@ def relay(bootstrap: str, topic: str, url: str, prefix: str) -> None:
     import redis
     from confluent_kafka import Consumer, TopicPartition
 
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
+    stopping = until_sigterm()
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"{prefix}floor",
             "enable.auto.commit": False,
-            "fetch.wait.max.ms": 50,  # the worker's STREAM_FETCH_MAX_WAIT
+            "fetch.wait.max.ms": 50,  # the floor: each poll answered soon, whatever it costs
         }
     )
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
@@ -279,7 +269,7 @@ def relay(bootstrap: str, topic: str, url: str, prefix: str) -> None:
     client.ping()
     _ready()
     floor, channel = f"{prefix}floor:".encode(), f"{prefix}session:".encode()
-    while not stopping:
+    while not stopping():
         # The first waits; the rest are what has arrived (``consume`` alone would wait
         # for all 10,000 or its timeout).
         first = consumer.poll(0.2)

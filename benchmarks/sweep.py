@@ -1,14 +1,12 @@
-"""The live latency sweep of ``benchmarks.run``: the rate steps, each through the plain relay
-(the floor), the Quix Streams app (a peer) and our worker, an idle stretch after the last,
-and the verdicts against the targets (its load, subscriber and relay are ``benchmarks.live``,
-the Quix app ``benchmarks.peers``, the held-out traffic ``benchmarks.heldout``)."""
+"""The live latency sweep of ``benchmarks.run``: the rate steps through our worker and its
+peers (``benchmarks.runners``), then an idle stretch, and the verdicts against the targets
+(load, subscriber, relay: ``benchmarks.live``; held-out traffic: ``benchmarks.heldout``)."""
 
 import math
 import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,16 @@ from benchmarks.infra import (
 from benchmarks.live import Load, QuixApp, Relay, Subscriber, latencies, summary
 from benchmarks.peers import PEERS_INSTALL, peers_python
 from benchmarks.plan import Plan, log, n
+from benchmarks.runners import (
+    PEER_LABELS,
+    Peer,
+    idle_stretch,
+    ms,
+    peer_step,
+    runners,
+    wait_arrivals,
+    wake,
+)
 
 # The targets of the live sweep: p99 per fraction of our single-event drain rate.
 LIVE_TARGETS = {1 / 3: 0.2, 1 / 2: 0.5}
@@ -106,30 +114,6 @@ def floor_verdict(row: dict[str, Any]) -> str:
     )
 
 
-PEER_LABELS = {"floor": "plain relay", "quix": "Quix app"}
-
-
-def runners(row: dict[str, Any]) -> str:
-    """p50 / p99 and CPU (cores over the step) of every runner at a step: the worker, the
-    plain relay and the Quix app, each on its own topic at the same rate, one after the
-    other; a peer still answering its step's events 0.25 s of load after it ends is behind."""
-    parts = [f"our worker {_ms(row['lat_p50'])} / {_ms(row['lat_p99'])} ms, {row['cpu']:.2f} cores"]
-    for name, label in PEER_LABELS.items():
-        if row.get(f"{name}_lat_n"):
-            behind = row.get(f"{name}_backlog", 0) > row["rate"] * 0.25
-            parts.append(
-                f"{label} {_ms(row[f'{name}_lat_p50'])} / {_ms(row[f'{name}_lat_p99'])} ms,"
-                f" {row[f'{name}_cpu']:.2f} cores" + (" (behind)" if behind else "")
-            )
-    return "p50 / p99: " + "; ".join(parts)
-
-
-def _ms(seconds: float) -> str:
-    """Milliseconds, to a tenth below 10."""
-    ms = seconds * 1000
-    return n(ms, 1) if ms < 10 else n(ms)
-
-
 def _rate(events_per_s: float) -> int:
     """A step's rate: to the hundred, at least 100 events/s."""
     return max(100, round(events_per_s / 100) * 100)
@@ -147,37 +131,6 @@ def regime(row: dict[str, Any], sessions: int) -> str:
         f"{name}: {per_batch:,.0f} events over {touched:,.0f} sessions a batch"
         f" ({per_batch / max(touched, 1e-9):.1f} events per session)"
     )
-
-
-@dataclass
-class Peer:
-    """A runner beside the worker, timed at every step on its own topic and sessions: the
-    plain relay (``floor``) or the Quix Streams app (``quix``)."""
-
-    name: str  # the rows' key prefix
-    label: str
-    child: Relay | QuixApp
-    load: Load
-    tag: str  # its sessions' key prefix
-
-
-def _arrived(subscriber: Subscriber, seen: int, tag: str) -> int:
-    """Updates after the first ``seen`` on sessions of ``tag`` (a runner's own)."""
-    head = f"{tag}-".encode()
-    return sum(1 for key, _, _ in subscriber.arrivals()[seen:] if key.startswith(head))
-
-
-def _wait_arrivals(
-    subscriber: Subscriber, seen: int, tag: str, wanted: int, timeout: float
-) -> bool:
-    """Until ``wanted`` updates on ``tag``'s sessions have arrived after the first
-    ``seen``; False on timeout."""
-    deadline = time.monotonic() + timeout
-    while _arrived(subscriber, seen, tag) < wanted:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def _corpus(
@@ -307,7 +260,7 @@ def live_sweep(
             for peer in peers:
                 peer.load.run(warm_up, 2.0)
         for peer in peers:  # each has answered its first events (the Quix app joined)
-            if not _wait_arrivals(subscriber, 0, peer.tag, peer.load.total, 180):
+            if not wait_arrivals(subscriber, 0, peer.tag, peer.load.total, 180):
                 raise RuntimeError(f"the {peer.label} did not answer its warm-up in 180 s")
         time.sleep(1.0)
         seen = len(subscriber.arrivals())
@@ -332,7 +285,7 @@ def live_sweep(
                     runner_load.renew(keys)
             floor: dict[str, Any] = {}
             for peer in peers:  # the same rate through each peer, just before
-                found, seen = _peer_step(peer, subscriber, seen, rate, plan.live_seconds)
+                found, seen = peer_step(peer, subscriber, seen, rate, plan.live_seconds)
                 floor.update(found)
             before = _counters(infra, worker, scenario)
             cpu0, t0 = worker.cpu_seconds(), time.monotonic()
@@ -422,101 +375,14 @@ def live_sweep(
             if not lat["n"] or cleared is None:
                 break
         if rows and plan.live_idle > 0:
-            rows[-1].update(_idle(worker, peers, plan.live_idle))
-            rows[-1].update(_wake(load, subscriber, scenario))
+            rows[-1].update(idle_stretch(worker, peers, plan.live_idle))
+            rows[-1].update(wake(load, subscriber, scenario))
     finally:
         subscriber.stop()
         worker.stop()
         for peer in peers:
             peer.child.stop()
     return rows
-
-
-def _idle(worker: WorkerProcess, peers: list[Peer], seconds: float) -> dict[str, float]:
-    """Each runner's CPU (cores) over ``seconds`` with no traffic, after the last step."""
-    time.sleep(1.0)  # the last step's tail: acks, commits, the subscriber's flush
-    t0 = time.monotonic()
-    cpu0 = {"idle_cpu": worker.cpu_seconds()}
-    cpu0.update({f"idle_{p.name}_cpu": p.child.cpu_seconds() for p in peers})
-    time.sleep(seconds)
-    wall = time.monotonic() - t0
-    found = {"idle_seconds": wall, "idle_cpu": (worker.cpu_seconds() - cpu0["idle_cpu"]) / wall}
-    for p in peers:
-        found[f"idle_{p.name}_cpu"] = (p.child.cpu_seconds() - cpu0[f"idle_{p.name}_cpu"]) / wall
-    log(
-        f"live: idle {wall:.0f} s: worker {found['idle_cpu']:.3f} cores"
-        + "".join(f", {p.label} {found[f'idle_{p.name}_cpu']:.3f}" for p in peers)
-    )
-    return found
-
-
-WAKE_EVENTS = 10
-
-
-def _wake(load: Load, subscriber: Subscriber, scenario: Scenario) -> dict[str, float]:
-    """After the idle stretch, single events half a second apart to the worker: how soon
-    a resting worker answers the first events after a quiet spell (max and median)."""
-    seen = len(subscriber.arrivals())
-    sent = load.total
-    for _ in range(WAKE_EVENTS):
-        load.run(1_000, 1 / 1_000)  # one event, acknowledged (``run`` flushes)
-        time.sleep(0.5)
-    try:
-        scenario.wait_accounted(sent + WAKE_EVENTS, timeout=30)
-    except TimeoutError as error:
-        log(f"live: the wake-up events not all accounted: {error}")
-    time.sleep(1.0)  # the subscriber's last flush
-    lat = summary(latencies(subscriber.arrivals()[seen:], load.produced_at))
-    log(
-        f"live: {lat['n']} single events after the idle stretch: p50 {lat['p50'] * 1000:.1f} ms,"
-        f" max {lat['max'] * 1000:.1f} ms"
-    )
-    return {"wake_n": lat["n"], "wake_p50": lat["p50"], "wake_max": lat["max"]}
-
-
-def _peer_step(
-    peer: Peer, subscriber: Subscriber, seen: int, rate: int, seconds: float
-) -> tuple[dict[str, Any], int]:
-    """``rate`` for ``seconds`` through a peer: its update latency, its CPU over the step
-    (cores, as the worker's), the produce-ack of the same events, how many of them it had
-    not answered when the load stopped; and the arrivals seen so far. Waits until it has
-    answered every event (120 s at most), so that it does not run into the next step."""
-    load = peer.load
-    acked = len(load.acks)
-    cpu0, t0 = peer.child.cpu_seconds(), time.monotonic()
-    stamping0, idle0 = subscriber.cpu_seconds(), idle_seconds()
-    sent, _ = load.run(rate, seconds)
-    cpu = peer.child.cpu_seconds() - cpu0
-    wall = time.monotonic() - t0
-    # The subscriber stamps every runner's updates: one that falls behind delays them all.
-    stamping = (subscriber.cpu_seconds() - stamping0) / wall
-    idle = (idle_seconds() - idle0) / wall
-    backlog = max(0, sent - _arrived(subscriber, seen, peer.tag))
-    began = time.monotonic()
-    caught_up = _wait_arrivals(subscriber, seen, peer.tag, sent, 120)
-    cleared = time.monotonic() - began
-    time.sleep(1.0)  # the subscriber's last flush
-    arrivals = subscriber.arrivals()
-    lat = summary(latencies(arrivals[seen:], load.produced_at))
-    ack = summary(load.acks[acked:])
-    name = peer.name
-    found = {
-        **{f"{name}_lat_{k}": v for k, v in lat.items()},
-        **{f"{name}_ack_{k}": v for k, v in ack.items()},
-        f"{name}_cpu": cpu / wall,
-        f"{name}_subscriber_cpu": stamping,
-        f"{name}_machine_idle": idle,
-        f"{name}_backlog": backlog,
-        f"{name}_clear_seconds": cleared if caught_up else None,
-    }
-    log(
-        f"  {peer.label}: p50 {lat['p50'] * 1000:.1f} ms, p99 {lat['p99'] * 1000:.1f} ms"
-        f" (its produce-ack p50 {ack['p50'] * 1000:.1f} ms, p99 {ack['p99'] * 1000:.1f} ms),"
-        f" {cpu / wall:.2f} cores (the subscriber {stamping:.2f}, machine idle {idle:.2f}),"
-        f" backlog {backlog:,}"
-        + (f" cleared in {cleared:.1f} s" if caught_up else " NOT CLEARED in 120 s")
-    )
-    return found, len(arrivals)
 
 
 def _counters(infra: Infra, worker: WorkerProcess, scenario: Scenario) -> dict[str, float]:
@@ -660,7 +526,7 @@ def render_live(result: dict[str, Any]) -> list[tuple[str, str, str]]:
                 )
                 + (
                     f"; then {row['wake_n']:.0f} single events 0.5 s apart to the worker:"
-                    f" p50 {_ms(row['wake_p50'])} ms, max {_ms(row['wake_max'])} ms"
+                    f" p50 {ms(row['wake_p50'])} ms, max {ms(row['wake_max'])} ms"
                     if row.get("wake_n")
                     else ""
                 ),

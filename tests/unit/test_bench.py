@@ -10,7 +10,7 @@ from benchmarks import peers
 from benchmarks.drain import summarize
 from benchmarks.heldout import figures, heldout_logs
 from benchmarks.run import FULL, render
-from benchmarks.sweep import runners
+from benchmarks.runners import runners
 
 
 def _drain_row(segment: int, system: str, run: int, rate: float) -> dict[str, Any]:
